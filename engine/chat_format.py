@@ -1,0 +1,205 @@
+"""Chat formatting: messages (+ tools, + thinking) -> prompt text, and model text -> answer parts.
+
+ChatML (SmolLM2, Qwen2/3, SDAR, Fast-dLLM v2, Dream) is rendered here so that tools and thinking
+markers are identical for every ChatML model; other checkpoints use their own Jinja template.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class MessageError(ValueError):
+    pass
+
+
+def content_text(content) -> str:
+    """OpenAI content: a string, None, or a list of {'type': 'text', 'text': ...} parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+                parts.append(p["text"])
+            else:
+                raise MessageError("only text content parts are supported")
+        return "".join(parts)
+    raise MessageError(f"message content must be a string or a list of text parts, not {type(content).__name__}")
+
+
+def validate_messages(messages) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise MessageError("messages must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise MessageError(f"messages[{i}] must be an object with 'role' and 'content'")
+        role = m.get("role")
+        if role not in ROLES:
+            raise MessageError(f"messages[{i}].role must be one of {', '.join(ROLES)}; got {role!r}")
+        content_text(m.get("content"))
+        if role != "assistant" and m.get("content") is None:
+            raise MessageError(f"messages[{i}] ({role}) needs content")
+    return messages
+
+
+def tool_call_text(call: dict) -> str:
+    fn = call.get("function", call)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    return f"{CALL_OPEN}\n{json.dumps({'name': fn.get('name'), 'arguments': args})}\n{CALL_CLOSE}"
+
+
+def compact_tool_line(tool: dict) -> str:
+    """One line per tool: small models read this better than a JSON schema dump, and it is short."""
+    fn = tool["function"]
+    props = fn["parameters"].get("properties", {})
+    req = set(fn["parameters"].get("required", []))
+    args = []
+    for k, v in props.items():
+        typ = v.get("type", "string")
+        if "enum" in v:
+            typ = "|".join(map(str, v["enum"]))
+        args.append(f"{k}{'' if k in req else '?'}: {typ}")
+    return f"- {fn['name']}({', '.join(args)}): {fn.get('description', '')}".rstrip(": ")
+
+
+@dataclass
+class ChatFormat:
+    tool_style: str = "json"  # "json" (Hermes/Qwen) or "compact" (the default small model)
+    jinja_template: str | None = None  # non-ChatML checkpoints
+    stop_texts: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+    extra: dict = field(default_factory=dict)
+
+    def tools_block(self, tools: list[dict]) -> str:
+        if not tools:
+            return ""
+        if self.tool_style == "compact":
+            lines = "\n".join(compact_tool_line(t) for t in tools)
+            return (
+                "\n\nTools you can call:\n" + lines + "\nTo call one, reply with "
+                + CALL_OPEN + '\n{"name": "...", "arguments": {...}}\n' + CALL_CLOSE
+            )
+        body = "\n".join(json.dumps(t) for t in tools)
+        return (
+            "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+            + body + "\n</tools>\n\nFor each function call, return a json object with function name and "
+            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+        )
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = False,
+               prefix: str = "") -> str:
+        """The prompt text, ending with the assistant header (and `<think>` when thinking)."""
+        tools = tools or []
+        if self.jinja_template:
+            return self._render_jinja(messages, tools, thinking) + prefix
+        out = []
+        msgs = list(messages)
+        if tools and msgs[0]["role"] != "system":
+            msgs.insert(0, {"role": "system", "content": ""})
+        for i, m in enumerate(msgs):
+            role, text = m["role"], content_text(m.get("content"))
+            if role == "system" and i == 0:
+                text = (text + self.tools_block(tools)).strip()
+            elif role == "assistant":
+                text = self.assistant_text(m)
+            elif role == "tool":
+                text = f"<tool_response>\n{text}\n</tool_response>"
+            out.append(f"<|im_start|>{role}\n{text}<|im_end|>\n")
+        out.append("<|im_start|>assistant\n")
+        if thinking:
+            out.append(THINK_OPEN + "\n")
+        return "".join(out) + prefix
+
+    @staticmethod
+    def assistant_text(m: dict) -> str:
+        parts = []
+        reasoning = m.get("reasoning_content") or m.get("reasoning")
+        if reasoning:
+            parts.append(f"{THINK_OPEN}\n{reasoning.strip()}\n{THINK_CLOSE}\n\n")
+        parts.append(content_text(m.get("content")))
+        for call in m.get("tool_calls") or []:
+            parts.append(("\n" if parts[-1] else "") + tool_call_text(call))
+        return "".join(parts)
+
+    def _render_jinja(self, messages, tools, thinking) -> str:
+        import jinja2
+
+        env = jinja2.Environment(loader=jinja2.BaseLoader(), trim_blocks=False)
+        tpl = env.from_string(self.jinja_template)
+        return tpl.render(messages=messages, tools=tools or None, add_generation_prompt=True,
+                          enable_thinking=thinking, bos_token="", eos_token="")
+
+
+class OutputParser:
+    """Splits streamed model text into reasoning, answer and tool-call text, holding back
+    partial tags so that a tag cut by a block boundary never leaks into the answer."""
+
+    TAGS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
+
+    def __init__(self, in_reasoning: bool = False) -> None:
+        self.mode = "reasoning" if in_reasoning else "answer"
+        self.buf = ""
+        self.reasoning, self.answer, self.tool_text = "", "", ""
+
+    def feed(self, text: str, final: bool = False) -> list[tuple[str, str]]:
+        self.buf += text
+        events: list[tuple[str, str]] = []
+        while self.buf:
+            idx, tag = min(((self.buf.find(t), t) for t in self.TAGS if t in self.buf), default=(-1, ""))
+            if idx < 0:
+                hold = 0 if final else self._partial_tag_len(self.buf)
+                chunk, self.buf = self.buf[: len(self.buf) - hold], self.buf[len(self.buf) - hold :]
+                self._emit(chunk, events)
+                break
+            self._emit(self.buf[:idx], events)
+            self.buf = self.buf[idx + len(tag) :]
+            if tag == THINK_OPEN:
+                self.mode = "reasoning"
+            elif tag == THINK_CLOSE:
+                self.mode = "answer"
+                self.buf = self.buf.lstrip("\n")
+            elif tag == CALL_OPEN:
+                self.mode = "tool"
+                self.tool_text += CALL_OPEN
+            elif tag == CALL_CLOSE:
+                self.tool_text += CALL_CLOSE
+                self.mode = "answer"
+        return events
+
+    def _partial_tag_len(self, s: str) -> int:
+        best = 0
+        for t in self.TAGS:
+            for k in range(1, len(t)):
+                if s.endswith(t[:k]):
+                    best = max(best, k)
+        return best
+
+    def _emit(self, chunk: str, events: list) -> None:
+        if not chunk:
+            return
+        if self.mode == "reasoning":
+            self.reasoning += chunk
+            events.append(("reasoning", chunk))
+        elif self.mode == "tool":
+            self.tool_text += chunk
+        else:
+            if not self.answer:
+                chunk = chunk.lstrip()
+                if not chunk:
+                    return
+            self.answer += chunk
+            events.append(("answer", chunk))

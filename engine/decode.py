@@ -1,0 +1,275 @@
+"""Block-diffusion decoding with an exact KV cache. AR decoding is the block size 1 case.
+
+Each `step` runs ONE forward over every active row of a batch. A row's input is its `pending`
+tokens (committed, not yet in the cache) followed by its current block (masks where nothing is
+committed yet). Writing the previous block is thereby fused into the first denoising pass of the
+next block, so a block costs exactly its denoising passes. After the pass the pending tokens are
+committed to the cache and every masked block position whose confidence clears the threshold is
+committed (at least one, all of them on the block's last allowed step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.families import Family
+from engine.kv_cache import KVCache
+from engine.model import Transformer
+
+
+@dataclass
+class DecodeParams:
+    block_size: int
+    threshold: float
+    max_steps_per_block: int
+    max_tokens: int
+    temperature: float = 0.0
+    seed: int | None = None
+    dedup_guard: bool = True
+
+
+@dataclass
+class SeqState:
+    params: DecodeParams
+    row: int
+    next_logits: torch.Tensor | None  # predicts block[0] (token-shift families)
+    eos_ids: frozenset[int]
+    pending: list[int] = field(default_factory=list)
+    block: list[int] = field(default_factory=list)
+    committed: list[bool] = field(default_factory=list)
+    steps_in_block: int = 0
+    generated: list[int] = field(default_factory=list)
+    new_final: list[int] = field(default_factory=list)  # tokens finalised by the last step
+    forced: list[int] = field(default_factory=list)  # tokens to append before the next block
+    done: bool = False
+    finish_reason: str | None = None
+    forward_passes: int = 0
+    generator: torch.Generator | None = None
+
+    def remaining(self) -> int:
+        return self.params.max_tokens - len(self.generated)
+
+
+def intra_mask(n_pending: int, n_block: int, cache_attention: str, block_size: int) -> torch.Tensor:
+    """Visibility among one row's new tokens: pending (clean) tokens, then the noisy block."""
+    t = n_pending + n_block
+    m = torch.zeros(t, t, dtype=torch.bool)
+    if n_pending:
+        if cache_attention == "causal":
+            m[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+        else:
+            m[:n_pending, :n_pending] = True
+    m[n_pending:, :] = True  # the block sees the pending tokens and itself, bidirectionally
+    return m
+
+
+def prefill_mask(n: int, cache_attention: str, block_size: int, start: int) -> torch.Tensor:
+    if cache_attention == "causal":
+        return torch.ones(n, n, dtype=torch.bool).tril()
+    if cache_attention == "full":
+        return torch.ones(n, n, dtype=torch.bool)
+    blk = (torch.arange(n) + start) // max(block_size, 1)
+    return blk[None, :] <= blk[:, None]
+
+
+class BlockDecoder:
+    def __init__(self, model: Transformer, family: Family, mask_id: int) -> None:
+        self.model = model
+        self.family = family
+        self.mask_id = mask_id
+
+    # -- prefill ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, cache: KVCache, tokens: list[int]) -> torch.Tensor:
+        """Write `tokens` into a single-row cache; return the logits that predict the next token."""
+        if not tokens:
+            raise ValueError("prefill needs at least one token")
+        n = len(tokens)
+        start = int(cache.lengths[0])
+        intra = prefill_mask(n, self.family.cache_attention, self.family.block_size, start)
+        mask, _ = cache.mask(intra, n)
+        slots = cache.slots_for(n)
+        pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
+        x = torch.tensor([tokens], dtype=torch.long)
+        h = self.model.hidden(x, pos, mask, cache, slots)
+        cache.commit(n)
+        return self.model.lm_head(h[0, -1]).float()
+
+    # -- decoding ----------------------------------------------------------------------
+    def start(self, params: DecodeParams, next_logits: torch.Tensor | None, row: int, eos_ids) -> SeqState:
+        st = SeqState(params=params, row=row, next_logits=next_logits, eos_ids=frozenset(eos_ids))
+        if params.temperature > 0:
+            st.generator = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
+        self._new_block(st)
+        return st
+
+    def _new_block(self, st: SeqState) -> None:
+        if st.forced:
+            st.generated.extend(st.forced)
+            st.pending.extend(st.forced)
+            st.new_final.extend(st.forced)
+            st.forced = []
+        b = min(st.params.block_size, st.remaining())
+        if b <= 0:
+            st.done, st.finish_reason = True, "length"
+            st.block, st.committed = [], []
+            return
+        st.block = [self.mask_id] * b
+        st.committed = [False] * b
+        st.steps_in_block = 0
+
+    def _needs_block_in_input(self, st: SeqState) -> bool:
+        # With token shift, position 0 of the block is predicted by the clean token before it, so
+        # a block whose only open position is 0 does not need to be in the input (AR mode).
+        if not self.family.token_shift:
+            return True
+        return any(not c for c in st.committed[1:])
+
+    @torch.inference_mode()
+    def step(self, cache: KVCache, states: list[SeqState]) -> None:
+        """One batched forward over every row in `states`, then commit by confidence."""
+        active = [s for s in states if not s.done]
+        for s in active:
+            s.new_final = []
+        inputs: list[tuple[SeqState, list[int], int]] = []
+        for s in active:
+            with_block = self._needs_block_in_input(s)
+            toks = s.pending + (s.block if with_block else [])
+            inputs.append((s, toks, len(s.block) if with_block else 0))
+        fwd = [x for x in inputs if x[1]]
+        logits_by_row: dict[int, torch.Tensor] = {}
+        if fwd:
+            logits_by_row = self._forward(cache, fwd)
+        for s, toks, n_block in inputs:
+            out = logits_by_row.get(s.row)
+            npend = len(s.pending)
+            if out is not None:
+                s.forward_passes += 1
+                if npend:
+                    s.next_logits = out[npend - 1]
+                    cache.lengths[s.row] += npend
+                    s.pending = []
+            self._commit(s, out, npend, n_block)
+
+    def _forward(self, cache: KVCache, fwd) -> dict[int, torch.Tensor]:
+        rows = [s.row for s, _, _ in fwd]
+        t = max(len(toks) for _, toks, _ in fwd)
+        cache.ensure(int(cache.lengths[rows].max()) + t)  # grow the parent before taking views
+        view = cache if rows == list(range(cache.batch)) else _RowSubset(cache, rows)
+        x = torch.zeros(len(rows), t, dtype=torch.long)
+        intra = torch.zeros(len(rows), t, t, dtype=torch.bool)
+        for i, (s, toks, n_block) in enumerate(fwd):
+            n = len(toks)
+            x[i, :n] = torch.tensor(toks)
+            intra[i, :n, :n] = intra_mask(n - n_block, n_block, self.family.cache_attention, self.family.block_size)
+            idx = torch.arange(n, t)
+            intra[i, idx, idx] = True  # padding sees itself only, so softmax stays finite
+        mask, _ = view.mask(intra, t)
+        slots = view.slots_for(t)
+        pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
+        h = self.model.hidden(x, pos, mask, view, slots)
+        logits = self.model.lm_head(h).float()
+        if view is not cache:
+            view.sync_back()
+        return {s.row: logits[i, : len(toks)] for i, (s, toks, _) in enumerate(fwd)}
+
+    def _predictions(self, s: SeqState, out: torch.Tensor | None, npend: int, n_block: int) -> torch.Tensor:
+        """Logits [b, V] predicting each block position."""
+        b = len(s.block)
+        rows = []
+        for j in range(b):
+            if self.family.token_shift:
+                if j == 0:
+                    rows.append(s.next_logits)
+                else:
+                    rows.append(out[npend + j - 1] if out is not None and n_block else None)
+            else:
+                rows.append(out[npend + j] if out is not None and n_block else None)
+        v = next(r for r in rows if r is not None).shape[-1]
+        return torch.stack([r if r is not None else torch.zeros(v) for r in rows])
+
+    def _commit(self, s: SeqState, out: torch.Tensor | None, npend: int, n_block: int) -> None:
+        open_pos = [j for j, c in enumerate(s.committed) if not c]
+        if not open_pos:
+            return
+        logits = self._predictions(s, out, npend, n_block)[open_pos]
+        probs = torch.softmax(logits / max(s.params.temperature, 1e-6) if s.params.temperature > 0 else logits, -1)
+        if s.params.temperature > 0:
+            tok = torch.multinomial(probs, 1, generator=s.generator).squeeze(-1)
+            conf = probs.gather(-1, tok[:, None]).squeeze(-1)
+        else:
+            conf, tok = probs.max(-1)
+        s.steps_in_block += 1
+        last_step = s.steps_in_block >= s.params.max_steps_per_block
+        if self.family.token_shift and not n_block:
+            # Only position 0 had a prediction; the rest are predicted after it is in the input.
+            chosen = [0] if open_pos[0] == 0 else []
+        elif last_step:
+            chosen = list(range(len(open_pos)))
+        else:
+            chosen = [i for i in range(len(open_pos)) if conf[i] >= s.params.threshold]
+            if s.params.dedup_guard:
+                chosen = self._drop_adjacent_duplicates(chosen, open_pos, tok, conf)
+            if not chosen:
+                chosen = [int(conf.argmax())]
+        for i in chosen:
+            j = open_pos[i]
+            s.block[j] = int(tok[i])
+            s.committed[j] = True
+        if all(s.committed):
+            self._finish_block(s)
+
+    @staticmethod
+    def _drop_adjacent_duplicates(chosen, open_pos, tok, conf) -> list[int]:
+        # Parallel commits of the same token at neighbouring positions ("with with") are the
+        # classic failure of small dLLMs: keep the more confident one, decide the other later.
+        keep = list(chosen)
+        for a, b in zip(chosen, chosen[1:], strict=False):
+            if open_pos[b] == open_pos[a] + 1 and int(tok[a]) == int(tok[b]) and a in keep and b in keep:
+                keep.remove(b if conf[a] >= conf[b] else a)
+        return keep
+
+    def _finish_block(self, s: SeqState) -> None:
+        toks = s.block
+        for i, t in enumerate(toks):
+            if t in s.eos_ids:
+                toks = toks[: i + 1]
+                s.done, s.finish_reason = True, "stop"
+                break
+        s.generated.extend(toks)
+        s.pending.extend(toks)
+        s.new_final.extend(toks)
+        if not s.done and s.remaining() <= 0:
+            s.done, s.finish_reason = True, "length"
+        if not s.done:
+            self._new_block(s)
+        else:
+            s.block, s.committed = [], []
+
+
+class _RowSubset(KVCache):
+    """Some rows of a batch cache: a view for a contiguous run of rows, else a gathered copy
+    that is written back after the forward."""
+
+    def __init__(self, parent: KVCache, rows: list[int]) -> None:
+        self.parent = parent
+        self.shape, self.dtype, self.max_capacity = parent.shape, parent.dtype, parent.max_capacity
+        self.contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
+        if self.contiguous:
+            sl = slice(rows[0], rows[0] + len(rows))
+            self.k, self.v, self.lengths = parent.k[:, sl], parent.v[:, sl], parent.lengths[sl]
+        else:
+            self.rows = torch.tensor(rows)
+            self.k, self.v = parent.k[:, self.rows], parent.v[:, self.rows]
+            self.lengths = parent.lengths[self.rows].clone()
+
+    def ensure(self, needed: int) -> None:
+        if needed > self.capacity:
+            raise RuntimeError("row views cannot grow; ensure capacity on the parent cache first")
+
+    def sync_back(self) -> None:
+        if not self.contiguous:
+            self.parent.k[:, self.rows] = self.k
+            self.parent.v[:, self.rows] = self.v

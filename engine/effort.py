@@ -1,0 +1,37 @@
+"""The reasoning_effort presets: the one table that sets thinking budget and decoding parameters.
+
+`threshold`: commit every masked position whose confidence is at least this.
+`steps_per_block`: the step cap as a fraction of the block size (at the cap the rest commit at once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EffortPreset:
+    thinking_budget: int  # max reasoning tokens before </think> is forced; 0 = answer directly
+    threshold: float
+    steps_per_block: float
+
+    def max_steps(self, block_size: int) -> int:
+        return max(1, math.ceil(self.steps_per_block * block_size))
+
+
+EFFORTS: dict[str, EffortPreset] = {
+    "instant": EffortPreset(thinking_budget=0, threshold=0.3, steps_per_block=0.5),
+    "low": EffortPreset(thinking_budget=64, threshold=0.5, steps_per_block=0.75),
+    "medium": EffortPreset(thinking_budget=256, threshold=0.7, steps_per_block=1.0),
+    "high": EffortPreset(thinking_budget=1024, threshold=0.9, steps_per_block=1.0),
+}
+
+
+def get_effort(name: str) -> EffortPreset:
+    try:
+        return EFFORTS[name]
+    except KeyError:
+        raise ValueError(
+            f"reasoning_effort must be one of {', '.join(EFFORTS)}; got {name!r}"
+        ) from None

@@ -1,0 +1,63 @@
+"""Checkpoint families: how each kind of checkpoint is decoded.
+
+One row per family says its attention mode, default block size, mask token, whether the
+prediction for position i is read at i-1 (token shift), and how its prefix is cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    # "causal": an AR model; "block_causal": bidirectional inside a block, causal across blocks;
+    # "bidirectional": full-diffusion (LLaDA/Dream), decoded semi-autoregressively in blocks.
+    attention: str
+    block_size: int
+    mask_token: str | None
+    mask_token_id: int | None
+    token_shift: bool
+    # How finished tokens attend each other in the cache. "causal" makes the cache exactly an AR
+    # cache; "block" keeps blocks bidirectional (SDAR); "full" is the approximate prefix cache
+    # (Fast-dLLM) of full-diffusion models.
+    cache_attention: str
+    description: str
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in [
+        Family("ar", "causal", 1, None, None, True, "causal", "plain autoregressive Llama/Qwen2/Qwen3"),
+        Family(
+            "smollm2-dllm", "block_causal", 8, "<empty_output>", None, True, "causal",
+            "the embedded default: SmolLM2-135M-Instruct adapted to block diffusion (causal clean cache)",
+        ),
+        Family("sdar", "block_causal", 4, "<|MASK|>", None, False, "block", "SDAR-Chat (Qwen3, block 4)"),
+        Family(
+            "fast_dllm_v2", "block_causal", 32, "|<MASK>|", 151665, True, "causal",
+            "Fast_dLLM_v2 (Qwen2.5, block 32 with sub-blocks of 8, token shift)",
+        ),
+        Family("llada", "bidirectional", 32, None, 126336, False, "full", "LLaDA-8B-Instruct (full diffusion)"),
+        Family("dream", "bidirectional", 32, "<|mask|>", 151666, True, "full", "Dream-7B-Instruct (full diffusion)"),
+    ]
+}
+
+
+def detect_family(config: dict, folder_name: str = "") -> Family:
+    """Pick the family from a checkpoint's config.json (and, failing that, its folder name)."""
+    if "dllm_family" in config:
+        return FAMILIES[config["dllm_family"]]
+    model_type = str(config.get("model_type", "")).lower()
+    arch = " ".join(config.get("architectures") or []).lower()
+    hay = f"{model_type} {arch} {folder_name.lower()}"
+    if "llada" in hay:
+        return FAMILIES["llada"]
+    if "dream" in hay:
+        return FAMILIES["dream"]
+    if "sdar" in hay:
+        return FAMILIES["sdar"]
+    if "fast_dllm" in hay or "fast-dllm" in hay:
+        return FAMILIES["fast_dllm_v2"]
+    return FAMILIES["ar"]
