@@ -1,0 +1,78 @@
+"""Scenarios load from prompts/*.yaml into OpenAI-shaped tools, and their tool names bind to handlers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from voice_agent.clinic_db import ClinicDB
+from voice_agent.scenarios import ScenarioError, list_scenarios, load_scenario
+
+
+def test_dental_receptionist_loads_with_openai_shaped_tools():
+    s = load_scenario("dental_receptionist")
+    assert "dental_receptionist" in list_scenarios()
+    assert s.name == "dental_receptionist" and s.reasoning_effort in ("instant", "low", "medium", "high")
+    assert s.greeting and s.filler and "Maya" in s.system_prompt
+    assert s.tool_names == ["find_free_slots", "book_appointment", "move_appointment",
+                            "cancel_appointment", "lookup_patient"]
+    for t in s.tools:
+        assert t["type"] == "function"
+        assert t["function"]["parameters"]["type"] == "object"
+    book = next(t for t in s.tools if t["function"]["name"] == "book_appointment")
+    assert book["function"]["parameters"]["required"] == ["patient_name", "date", "time"]
+
+
+def test_tools_pass_the_engines_schema_check():
+    from engine.tools import validate_tools
+
+    s = load_scenario("dental_receptionist")
+    assert len(validate_tools(s.tools)) == len(s.tools)
+
+
+def test_system_prompt_carries_todays_date():
+    s = load_scenario("dental_receptionist")
+    p = s.system_prompt_for(dt.date(2026, 12, 2))
+    assert p.startswith(s.system_prompt.rstrip()) and p.endswith("Today is Wednesday, 2026-12-02.")
+
+
+def test_tool_names_bind_to_the_clinic_store(tmp_path):
+    s = load_scenario("dental_receptionist")
+    db = ClinicDB(tmp_path / "c.sqlite", today=dt.date(2026, 11, 30))
+    handlers = s.bind_handlers(db)
+    assert set(handlers) == set(s.tool_names)
+    r = handlers["lookup_patient"]({"patient_name": "John Smith"})
+    assert r["patient_name"] == "John Smith"
+
+
+def test_a_tool_without_a_backend_answers_with_an_error(tmp_path):
+    (tmp_path / "x.yaml").write_text(
+        "name: x\nsystem_prompt: hi\ntools:\n  - name: teleport\n    description: go\n")
+    s = load_scenario("x", prompts_dir=tmp_path)
+    r = s.bind_handlers(object())["teleport"]({})
+    assert "not available" in r["error"]
+
+
+def test_unknown_scenario_names_the_known_ones():
+    with pytest.raises(ScenarioError, match="unknown scenario 'nope'.*dental_receptionist"):
+        load_scenario("nope")
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("name: [unclosed", "not valid YAML"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("name: a\n", "system_prompt"),
+        ("name: a\nsystem_prompt: hi\nreasoning_effort: extreme\n", "reasoning_effort"),
+        ("name: a\nsystem_prompt: hi\ntools: {a: 1}\n", "'tools' must be a list"),
+        ("name: a\nsystem_prompt: hi\ntools:\n  - description: no name\n", r"tools\[0\] needs a 'name'"),
+        ("name: a\nsystem_prompt: hi\ntools:\n  - {name: t}\n  - {name: t}\n", "duplicate tool name"),
+        ("name: a\nsystem_prompt: hi\ntools:\n  - {name: t, parameters: {type: string}}\n", "object schema"),
+    ],
+)
+def test_malformed_yaml_gives_a_clear_error(tmp_path, text, match):
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ScenarioError, match=match):
+        load_scenario("bad", prompts_dir=tmp_path)

@@ -1,0 +1,144 @@
+"""Scenarios are data: prompts/<name>.yaml holds a system prompt, tool schemas, a greeting, a filler
+phrase and a default reasoning_effort. This module loads them and binds tool names to handlers.
+
+    scenario = load_scenario("dental_receptionist")
+    handlers = scenario.bind_handlers(ClinicDB(path))   # {"book_appointment": fn(args) -> dict, ...}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+EFFORT_NAMES = ("instant", "low", "medium", "high")  # engine.EFFORTS; not imported to keep this light
+
+ToolHandler = Callable[[dict], dict]
+
+
+class ScenarioError(ValueError):
+    """A scenario that does not exist or whose YAML is malformed. The message says which and why."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    system_prompt: str
+    tools: list[dict]  # OpenAI shape: {"type": "function", "function": {name, description, parameters}}
+    greeting: str
+    filler: str
+    reasoning_effort: str
+    source: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+    def system_prompt_for(self, today: dt.date | None = None) -> str:
+        """The system prompt with today's date, so the model can resolve "tomorrow" or "next Monday"."""
+        today = today or dt.date.today()
+        return f"{self.system_prompt.rstrip()}\nToday is {today:%A}, {today.isoformat()}."
+
+    def bind_handlers(self, *backends: Any) -> dict[str, ToolHandler]:
+        """Map each tool name to the backend method of the same name.
+
+        A backend is any object with methods named like the tools (e.g. ClinicDB). A tool that no
+        backend implements gets a handler that answers with a clear error, so the model hears
+        "not available" rather than the call crashing.
+        """
+        bound: dict[str, ToolHandler] = {}
+        for name in self.tool_names:
+            for backend in backends:
+                fn = getattr(backend, name, None)
+                if callable(fn):
+                    bound[name] = fn
+                    break
+            else:
+                bound[name] = _unavailable(name)
+        return bound
+
+
+def _unavailable(name: str) -> ToolHandler:
+    def handler(_args: dict) -> dict:
+        return {"error": f"The tool {name} is not available right now."}
+
+    return handler
+
+
+def list_scenarios(prompts_dir: Path = PROMPTS_DIR) -> list[str]:
+    return sorted(p.stem for p in prompts_dir.glob("*.yaml"))
+
+
+def load_scenario(name_or_path: str | Path, prompts_dir: Path = PROMPTS_DIR) -> Scenario:
+    """Load a scenario by name (prompts/<name>.yaml) or from a YAML file path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = prompts_dir / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_scenarios(prompts_dir)) or "none"
+        raise ScenarioError(f"unknown scenario {str(name_or_path)!r}; known scenarios: {known}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+    return parse_scenario(data, source=path)
+
+
+def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
+    where = str(source) if source else "scenario"
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: must be a mapping with name, system_prompt and tools")
+    name = data.get("name") or (source.stem if source else None)
+    prompt = data.get("system_prompt")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError(f"{where}: 'name' must be a non-empty string")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ScenarioError(f"{where}: 'system_prompt' must be a non-empty string")
+    effort = data.get("reasoning_effort", "low")
+    if effort not in EFFORT_NAMES:
+        raise ScenarioError(f"{where}: reasoning_effort must be one of {', '.join(EFFORT_NAMES)}; got {effort!r}")
+    for key in ("greeting", "filler", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ScenarioError(f"{where}: '{key}' must be a string")
+    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort"}
+    return Scenario(
+        name=name,
+        description=data.get("description") or "",
+        system_prompt=prompt,
+        tools=_parse_tools(data.get("tools") or [], where),
+        greeting=data.get("greeting") or "",
+        filler=data.get("filler") or "",
+        reasoning_effort=effort,
+        source=source,
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+def _parse_tools(tools: Any, where: str) -> list[dict]:
+    """Accept the simple form {name, description, parameters} or the OpenAI form; return OpenAI form."""
+    if not isinstance(tools, list):
+        raise ScenarioError(f"{where}: 'tools' must be a list")
+    out, names = [], set()
+    for i, t in enumerate(tools):
+        if isinstance(t, dict) and isinstance(t.get("function"), dict):
+            t = t["function"]
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
+            raise ScenarioError(f"{where}: tools[{i}] needs a 'name'")
+        if t["name"] in names:
+            raise ScenarioError(f"{where}: duplicate tool name {t['name']!r}")
+        names.add(t["name"])
+        params = t.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise ScenarioError(f"{where}: tools[{i}] ({t['name']}): 'parameters' must be an object schema")
+        params = {"type": "object", "properties": params.get("properties") or {}, **{
+            k: v for k, v in params.items() if k not in ("type", "properties")}}
+        out.append({"type": "function", "function": {
+            "name": t["name"], "description": t.get("description") or "", "parameters": params}})
+    return out
