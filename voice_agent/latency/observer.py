@@ -1,0 +1,215 @@
+"""`TurnLatencyObserver`: a Pipecat observer that builds each turn's timeline from the frames
+that flow through the pipeline, without touching any processor.
+
+Moments recorded per user turn (seconds on the observer's clock):
+- `user_started`       UserStartedSpeakingFrame (the turn opened)
+- `vad_stopped`        the last VADUserStoppedSpeakingFrame before the LLM request
+- `turn_stopped`       UserStoppedSpeakingFrame (the turn strategy decided the caller is done)
+- `transcript_final`   the last TranscriptionFrame before the LLM request
+- `llm_request`        the first LLMContextFrame after the turn stopped
+- `first_token`        llm_request + the engine's ttft_ms (reasoning is never pushed as frames)
+- `first_answer_token` the first LLMTextFrame from the LLM service (after reasoning and tools)
+- `first_speakable`    the first text handed towards TTS: the answer, or a filler spoken while
+                       a tool runs
+- `tts_request`        first TTS audio minus the TTS service's own TTFB metric
+- `tts_first_audio`    the first TTSAudioRawFrame of the reply
+- `bot_started`        BotStartedSpeakingFrame from the output transport
+- `first_bot_audio`    the first bot audio chunk the output transport wrote
+- `bot_stopped`        BotStoppedSpeakingFrame
+
+The engine's own metrics arrive in the LLM service's `EngineMetricsFrame` (one per engine call;
+a tool call makes two calls in one turn) and are kept per turn. `voice_agent.latency.turns`
+turns a timeline into the report's per-turn fields.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    Frame,
+    FunctionCallInProgressFrame,
+    FunctionCallResultFrame,
+    InputAudioRawFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    MetricsFrame,
+    OutputAudioRawFrame,
+    TranscriptionFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.metrics.metrics import TTFBMetricsData
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.services.llm_service import LLMService
+from pipecat.services.tts_service import TTSService
+from pipecat.transports.base_output import BaseOutputTransport
+
+from voice_agent.latency.timeline import TurnTimeline
+
+# Frames that say nothing about the conversation moving on; everything else counts as activity
+# when deciding whether the pipeline is idle.
+_PASSIVE = (InputAudioRawFrame, MetricsFrame)
+
+
+class TurnLatencyObserver(BaseObserver):
+    """Collects a `TurnTimeline` per caller turn, plus the greeting (bot speech before any turn).
+
+    `clock` gives the time in seconds; replay passes the call's clock so that moments line up
+    with positions in the recording. `on_turn` is called with each turn once its answer has
+    started playing (or the turn was abandoned).
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 on_turn: Callable[[TurnTimeline], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(observe_every_push=False, **kwargs)
+        self._clock = clock
+        self._on_turn = on_turn
+        self.turns: list[TurnTimeline] = []
+        self.greeting = TurnTimeline(index=-1)
+        self._seen_siblings: set[int] = set()
+        self._user_speaking = False
+        self._bot_speaking = False
+        self._llm_inflight = 0
+        self._last_activity = clock()
+        self._reported: set[int] = set()
+
+    # -- state for the replay transport ----------------------------------------------------------
+    @property
+    def current(self) -> TurnTimeline:
+        return self.turns[-1] if self.turns else self.greeting
+
+    def idle_for(self) -> float:
+        """Seconds since the conversation last moved, or 0 while anything is in flight: the caller
+        speaking, the bot speaking, or the LLM working."""
+        if self._user_speaking or self._bot_speaking or self._llm_inflight:
+            return 0.0
+        return max(0.0, self._clock() - self._last_activity)
+
+    # -- observer --------------------------------------------------------------------------------
+    async def on_push_frame(self, data: FramePushed) -> None:
+        frame = data.frame
+        # System frames are often broadcast both ways as sibling copies: count each event once.
+        sibling = getattr(frame, "broadcast_sibling_id", None)
+        if sibling is not None:
+            if sibling in self._seen_siblings:
+                self._seen_siblings.discard(sibling)
+                return
+            self._seen_siblings.add(frame.id)
+        now = self._clock()
+        if not isinstance(frame, _PASSIVE):
+            self._last_activity = now
+        self._handle(frame, data, now)
+
+    def _handle(self, frame: Frame, data: FramePushed, now: float) -> None:  # noqa: C901 - one dispatch
+        src = data.source
+        turn = self.current
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            if self.turns and self._user_speaking:
+                turn.vad_started = turn.vad_started or now
+        elif isinstance(frame, UserStartedSpeakingFrame):
+            self._user_speaking = True
+            if turn.llm_request is not None and not turn.answered:
+                turn.interrupted = True
+            elif turn.first_bot_audio is not None and turn.bot_stopped is None:
+                turn.interrupted = True  # barge-in over the answer
+            self._finish(turn)
+            self.turns.append(TurnTimeline(index=len(self.turns), user_started=now, vad_started=now))
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            if self.turns and turn.llm_request is None:
+                turn.vad_stopped = now
+                turn.vad_stop_secs = getattr(frame, "stop_secs", None)
+        elif isinstance(frame, UserStoppedSpeakingFrame):
+            self._user_speaking = False
+            if self.turns and turn.turn_stopped is None:
+                turn.turn_stopped = now
+        elif isinstance(frame, TranscriptionFrame):
+            if self.turns and turn.llm_request is None:
+                turn.transcript_final = now
+                turn.user_text = f"{turn.user_text} {frame.text.strip()}".strip()
+        elif isinstance(frame, LLMContextFrame):
+            if turn.llm_request is None:
+                turn.llm_request = now
+            turn.llm_calls += 1
+        elif isinstance(frame, LLMFullResponseStartFrame) and isinstance(src, LLMService):
+            self._llm_inflight += 1
+        elif isinstance(frame, LLMFullResponseEndFrame) and isinstance(src, LLMService):
+            self._llm_inflight = max(0, self._llm_inflight - 1)
+        elif isinstance(frame, LLMTextFrame) and isinstance(src, LLMService):
+            if turn.first_answer_token is None:
+                turn.first_answer_token = now
+            turn.first_speakable = turn.first_speakable or now
+            turn.bot_text += frame.text
+        elif isinstance(frame, TTSSpeakFrame):
+            # Spoken without the LLM: the greeting, or a filler while a tool runs.
+            turn.first_speakable = turn.first_speakable or now
+            if turn is self.greeting:
+                turn.bot_text += frame.text
+            else:
+                turn.filler_text = f"{turn.filler_text} {frame.text}".strip()
+        elif type(frame).__name__ == "EngineMetricsFrame":
+            metrics = dict(getattr(frame, "metrics", {}) or {})
+            turn.engine.append(metrics)
+            if turn.first_token is None and turn.llm_request is not None and metrics.get("ttft_ms") is not None:
+                turn.first_token = turn.llm_request + float(metrics["ttft_ms"]) / 1000
+            reasoning = getattr(frame, "reasoning", None) or getattr(src, "last_reasoning", "")
+            if reasoning:
+                turn.reasoning = f"{turn.reasoning}\n{reasoning}".strip()
+        elif isinstance(frame, FunctionCallInProgressFrame):
+            turn.tool_calls.append({"name": frame.function_name, "arguments": frame.arguments,
+                                    "tool_call_id": frame.tool_call_id, "result": None,
+                                    "started_s": now})
+        elif isinstance(frame, FunctionCallResultFrame):
+            for call in turn.tool_calls:
+                if call["tool_call_id"] == frame.tool_call_id:
+                    call["result"] = frame.result
+                    call["duration_ms"] = round((now - call.pop("started_s")) * 1000, 1)
+        elif isinstance(frame, MetricsFrame) and isinstance(src, TTSService):
+            for m in frame.data:
+                if isinstance(m, TTFBMetricsData) and m.value > 0 and turn.tts_ttfb_ms is None:
+                    turn.tts_ttfb_ms = m.value * 1000
+                    if turn.tts_first_audio is not None:
+                        turn.tts_request = turn.tts_first_audio - m.value
+        elif isinstance(frame, TTSAudioRawFrame) and isinstance(src, TTSService):
+            if turn.tts_first_audio is None:
+                turn.tts_first_audio = now
+                if turn.tts_ttfb_ms is not None:
+                    turn.tts_request = now - turn.tts_ttfb_ms / 1000
+        elif isinstance(frame, BotStartedSpeakingFrame):
+            self._bot_speaking = True
+            if turn.bot_started is None:
+                turn.bot_started = now
+        elif isinstance(frame, OutputAudioRawFrame) and isinstance(src, BaseOutputTransport):
+            # The output transport pushes each chunk on after writing it to the wire.
+            if turn.first_bot_audio is None and turn.bot_started is not None:
+                turn.first_bot_audio = now
+                self._maybe_report(turn)
+        elif isinstance(frame, BotStoppedSpeakingFrame):
+            self._bot_speaking = False
+            if turn.bot_started is not None:
+                turn.bot_stopped = now
+
+    def _maybe_report(self, turn: TurnTimeline) -> None:
+        if turn.index >= 0 and self._on_turn and turn.index not in self._reported:
+            self._reported.add(turn.index)
+            self._on_turn(turn)
+
+    def _finish(self, turn: TurnTimeline) -> None:
+        if turn.index >= 0:
+            self._maybe_report(turn)
+
+    def finish(self) -> list[TurnTimeline]:
+        """Call at the end of the call: reports the last turn and returns every turn."""
+        if self.turns:
+            self._finish(self.turns[-1])
+        return self.turns

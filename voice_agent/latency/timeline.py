@@ -1,0 +1,41 @@
+"""`TurnTimeline`: the moments of one caller turn and the bot's answer (no Pipecat import, so
+reports can be built and diffed without loading the voice stack)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TurnTimeline:
+    """One caller turn and the bot's answer to it. Times are seconds on the observer's clock."""
+
+    index: int
+    user_started: float | None = None
+    vad_started: float | None = None
+    vad_stopped: float | None = None
+    vad_stop_secs: float | None = None  # the VAD's configured silence wait
+    turn_stopped: float | None = None
+    transcript_final: float | None = None
+    llm_request: float | None = None
+    first_token: float | None = None
+    first_answer_token: float | None = None
+    first_speakable: float | None = None
+    tts_request: float | None = None
+    tts_first_audio: float | None = None
+    bot_started: float | None = None
+    first_bot_audio: float | None = None
+    bot_stopped: float | None = None
+    tts_ttfb_ms: float | None = None
+    user_text: str = ""
+    bot_text: str = ""
+    filler_text: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    engine: list[dict] = field(default_factory=list)  # the engine's metrics, one dict per call
+    llm_calls: int = 0
+    interrupted: bool = False  # the caller spoke again before this turn's answer finished
+
+    @property
+    def answered(self) -> bool:
+        return self.first_bot_audio is not None
