@@ -1,0 +1,528 @@
+"""Continuous batching: one thread owns a multi-row KV cache and decodes every active request in
+one batched forward per step.
+
+Between steps it drops cancelled requests, fails requests that waited too long, and admits queued
+ones (prefilling each into a free row). Active requests occupy rows 0..n-1 so the decoder works on
+views, not gathered copies: when a row frees up, the last row moves into it. Each request's events
+go to its own `Ticket`, which a thread (`iter_sync`) or an asyncio task (`get`) reads.
+
+A fault stays inside the request that caused it: if the batched forward raises, each row is
+stepped alone once so that only the rows that still fail are failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from engine.api import ChatResult, Engine, Request, StreamEvent
+from engine.decode import _RowSubset
+from engine.kv_cache import KVCache
+
+
+class Rejected(Exception):
+    """The scheduler cannot take a request now. `status` is the HTTP status that fits."""
+
+    status = 503
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class QueueFull(Rejected):
+    status = 429
+
+
+class QueueTimeout(Rejected):
+    status = 503
+
+
+class RequestCancelled(Exception):
+    pass
+
+
+@dataclass
+class Item:
+    """What a ticket receives: "admitted", then "event"s, then one "done" or "error"."""
+
+    kind: str
+    event: StreamEvent | None = None
+    result: ChatResult | None = None
+    error: BaseException | None = None
+
+
+class Ticket:
+    """One submitted request: its place in the scheduler and the channel its events arrive on."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, req: Request, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.id = next(self._ids)
+        self.req = req
+        self.loop = loop
+        self.created = time.monotonic()
+        self.admitted_at: float | None = None
+        self.cancelled = False
+        self.finished = False
+        self._async_q: asyncio.Queue[Item] | None = asyncio.Queue() if loop is not None else None
+        self._sync_q: queue.Queue[Item] | None = None if loop is not None else queue.Queue()
+        self._pending: asyncio.Future | None = None
+
+    def cancel(self) -> None:
+        """Ask the scheduler to drop this request; it frees the row before its next step.
+        (Async tickets: call from the event loop's thread.)"""
+        self.cancelled = True
+        if self._pending is not None and not self._pending.done():
+            self._pending.cancel()
+
+    # -- producer side (the scheduler thread) ---------------------------------------------------
+    def _put(self, item: Item) -> None:
+        if item.kind in ("done", "error"):
+            self.finished = True
+        if self._sync_q is not None:
+            self._sync_q.put(item)
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._async_q.put_nowait, item)
+        except RuntimeError:  # the consumer's event loop is gone: nobody is listening any more
+            self.cancelled = True
+
+    # -- consumer side -------------------------------------------------------------------------
+    async def get(self, timeout: float | None = None) -> Item:
+        """The next item; TimeoutError after `timeout` s (the pending read is kept, so no item is lost)."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._async_q.get())
+        done, _ = await asyncio.wait({self._pending}, timeout=timeout)
+        if not done:
+            raise TimeoutError
+        fut, self._pending = self._pending, None
+        return fut.result()
+
+    def iter_sync(self, timeout: float | None = None):
+        """Yield items until "done" or "error" (a blocking generator for threads and tests)."""
+        while True:
+            item = self._sync_q.get(timeout=timeout)
+            yield item
+            if item.kind in ("done", "error"):
+                return
+
+    def result_sync(self, timeout: float | None = None) -> ChatResult:
+        for item in self.iter_sync(timeout):
+            if item.kind == "done":
+                return item.result
+            if item.kind == "error":
+                raise item.error
+        raise RuntimeError("ticket ended without a result")
+
+
+@dataclass
+class _Prefix:
+    tokens: list[int]
+    cache: KVCache
+
+
+@dataclass
+class _CachedTokens:
+    """Stands in for a session during prefill, so a request without one can reuse a shared prefix."""
+
+    tokens: list[int]
+
+
+@dataclass
+class SchedulerStats:
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    rejected_full: int = 0
+    timed_out: int = 0
+    steps: int = 0
+    rows_stepped: int = 0
+    prefills: int = 0
+    prefix_hits: int = 0
+    prefix_tokens_reused: int = 0
+    step_fallbacks: int = 0
+    batch_hist: dict = field(default_factory=dict)
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, max_batch: int = 8, max_queue: int = 64,
+                 queue_timeout_s: float = 30.0, prefix_entries: int = 4,
+                 prefill_budget: int = 1024) -> None:
+        if max_batch < 1 or max_queue < 0:
+            raise ValueError("max_batch must be >= 1 and max_queue >= 0")
+        self.engine = engine
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        # Prompt tokens prefilled per scheduler iteration before the active rows get their next
+        # step: long prompts arriving together must not stall running calls for many seconds.
+        self.prefill_budget = prefill_budget
+        self.prefix_entries = prefix_entries if engine.family.cache_attention in ("causal", "block") else 0
+        self.cache = engine.new_cache(batch=max_batch)
+        self.active: list[Ticket] = []  # active[i] decodes in cache row i
+        self.queue: deque[Ticket] = deque()
+        self.stats = SchedulerStats()
+        self._prefixes: OrderedDict[int, _Prefix] = OrderedDict()
+        self._prefix_ids = itertools.count()
+        self._busy_sessions: set[int] = set()
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._step_ema_s = 0.5  # for Retry-After estimates
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> Scheduler:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> Scheduler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- submitting ------------------------------------------------------------------------------
+    def submit(self, req: Request, loop: asyncio.AbstractEventLoop | None = None) -> Ticket:
+        """Queue a prepared request. Raises QueueFull when the queue is at its limit."""
+        ticket = Ticket(req, loop)
+        with self._cv:
+            if self._stop:
+                raise Rejected("the server is shutting down", retry_after=5)
+            waiting = len(self.queue)
+            if waiting >= self.max_queue and len(self.active) >= self.max_batch:
+                self.stats.rejected_full += 1
+                raise QueueFull(
+                    f"server busy: {len(self.active)} requests decoding and {waiting} queued "
+                    f"(limit {self.max_queue}); retry later", retry_after=self.retry_after())
+            self.queue.append(ticket)
+            self.stats.submitted += 1
+            self._cv.notify_all()
+        return ticket
+
+    def retry_after(self) -> int:
+        """Seconds until a slot is likely free: a rough guess from the step time and queue depth."""
+        per_request = max(self._step_ema_s, 0.05) * 32
+        return max(1, min(60, round(per_request * (1 + len(self.queue) / self.max_batch))))
+
+    def snapshot(self) -> dict:
+        with self._cv:
+            s = self.stats
+            return {
+                "active": len(self.active),
+                "queued": len(self.queue),
+                "max_batch": self.max_batch,
+                "max_queue": self.max_queue,
+                "queue_timeout_s": self.queue_timeout_s,
+                "submitted": s.submitted,
+                "completed": s.completed,
+                "failed": s.failed,
+                "cancelled": s.cancelled,
+                "rejected_full": s.rejected_full,
+                "timed_out": s.timed_out,
+                "steps": s.steps,
+                "mean_batch": round(s.rows_stepped / s.steps, 3) if s.steps else 0.0,
+                "batch_hist": dict(sorted(s.batch_hist.items())),
+                "prefills": s.prefills,
+                "prefix_hits": s.prefix_hits,
+                "prefix_tokens_reused": s.prefix_tokens_reused,
+                "step_fallbacks": s.step_fallbacks,
+                "step_ms_ema": round(self._step_ema_s * 1000, 1),
+                "cache_rows": self.cache.batch,
+                "cache_capacity": self.cache.capacity,
+                "running": self._thread is not None and self._thread.is_alive(),
+            }
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if self._stop:
+                    break
+                self._expire_queued()
+                if not self.active and not self._admissible():
+                    self._cv.wait(timeout=self._next_deadline())
+                    continue
+            try:
+                self._iteration()
+            except Exception as e:  # a bug in the loop itself: fail what is in flight, keep serving
+                for t in list(self.active):
+                    self._fail(t, e)
+                self._reset_rows()
+        self._shutdown()
+
+    def _iteration(self) -> None:
+        self._drop_cancelled()
+        self._admit()
+        self._drop_cancelled()
+        if not self.active:
+            return
+        t0 = time.perf_counter()
+        self._step()
+        dt = time.perf_counter() - t0
+        self._step_ema_s = 0.8 * self._step_ema_s + 0.2 * dt
+        for t in list(self.active):
+            self._absorb(t)
+
+    def _admissible(self) -> bool:
+        return len(self.active) < self.max_batch and any(
+            t.cancelled or self._session_free(t) for t in self.queue)
+
+    def _next_deadline(self) -> float:
+        if not self.queue:
+            return 1.0
+        oldest = min(t.created for t in self.queue)
+        return max(0.01, min(1.0, oldest + self.queue_timeout_s - time.monotonic()))
+
+    def _expire_queued(self) -> None:
+        now = time.monotonic()
+        keep: deque[Ticket] = deque()
+        for t in self.queue:
+            if t.cancelled:
+                self.stats.cancelled += 1
+                t._put(Item("error", error=RequestCancelled("cancelled while queued")))
+            elif now - t.created > self.queue_timeout_s:
+                self.stats.timed_out += 1
+                t._put(Item("error", error=QueueTimeout(
+                    f"request waited {now - t.created:.1f} s in the queue (limit {self.queue_timeout_s:g} s); "
+                    "the server is overloaded", retry_after=self.retry_after())))
+            else:
+                keep.append(t)
+        self.queue = keep
+
+    def _session_free(self, t: Ticket) -> bool:
+        s = t.req.session
+        return s is None or (id(s) not in self._busy_sessions and not s.lock.locked())
+
+    # -- admission -------------------------------------------------------------------------------
+    def _admit(self) -> None:
+        budget = self.prefill_budget
+        while len(self.active) < self.max_batch:
+            with self._cv:
+                self._expire_queued()
+                t = next((x for x in self.queue if self._session_free(x)), None)
+                if t is None:
+                    return
+                self.queue.remove(t)
+                s = t.req.session
+                if s is not None:
+                    # Someone outside the scheduler (Engine.stream) may hold the session: wait.
+                    if not s.lock.acquire(blocking=False):
+                        self.queue.appendleft(t)
+                        return
+                    self._busy_sessions.add(id(s))
+            slot = len(self.active)
+            try:
+                new_tokens = self._prefill(t, slot)
+            except Exception as e:
+                self._release_session(t)
+                self.cache.lengths[slot] = 0
+                self._fail(t, e)
+                continue
+            t.admitted_at = time.monotonic()
+            self.active.append(t)
+            t._put(Item("admitted"))
+            budget -= new_tokens
+            if budget <= 0:
+                return
+
+    def _prefill(self, t: Ticket, slot: int) -> int:
+        req, cache = t.req, self.cache
+        sess = req.session
+        if sess is not None and sess.tokens and int(sess.cache.lengths[0]) > 0:
+            cache.load_row(slot, sess.cache)
+            have = None
+        else:
+            have = self._load_prefix(req.tokens, slot)
+        cache.ensure(len(req.tokens) + 1)  # grow the parent before taking a row view
+        row = _RowSubset(cache, [slot])
+        shim = None
+        if have is not None and sess is None:
+            shim = req.session = _CachedTokens(have)  # type: ignore[assignment]
+        elif have is not None:
+            sess.tokens = have  # the session is fresh: its cache row now holds this prefix
+        try:
+            req.prefill(cache, row)
+        finally:
+            if shim is not None:
+                req.session = None
+        req.state.row = slot
+        self.stats.prefills += 1
+        if req.cached_tokens:
+            self.stats.prefix_hits += have is not None
+            self.stats.prefix_tokens_reused += req.cached_tokens if have is not None else 0
+        self._remember_prefix(req.tokens, slot, req.cached_tokens)
+        return len(req.tokens) - req.cached_tokens
+
+    def _load_prefix(self, tokens: list[int], slot: int) -> list[int]:
+        """Load the longest shared prompt prefix (system prompt and tools) into `slot`."""
+        self.cache.lengths[slot] = 0
+        best, best_n = None, 0
+        for key, p in self._prefixes.items():
+            n = _common_prefix(p.tokens, tokens)
+            if n > best_n:
+                best, best_n = key, n
+        best_n = self._usable_prefix(best_n)
+        if best is None or best_n < 16:
+            return []
+        p = self._prefixes[best]
+        self._prefixes.move_to_end(best)
+        self.cache.load_row(slot, p.cache)
+        self.cache.lengths[slot] = best_n
+        return p.tokens[:best_n]
+
+    def _usable_prefix(self, n: int) -> int:
+        # With block-causal caches a position's K/V depend on the rest of its block: only whole
+        # blocks of a shared prefix are exactly what a fresh prefill would compute.
+        if self.engine.family.cache_attention == "block":
+            b = max(self.engine.family.block_size, 1)
+            return n // b * b
+        return n
+
+    def _remember_prefix(self, tokens: list[int], slot: int, reused: int) -> None:
+        if not self.prefix_entries or len(tokens) - reused < 32:
+            return  # nothing new worth keeping
+        n = len(tokens) - 1  # the last prompt token is re-fed on a hit, so keep one short
+        for p in self._prefixes.values():
+            if _common_prefix(p.tokens, tokens) >= n * 0.9:
+                return
+        pc = KVCache(*_dims(self.cache), capacity=n, dtype=self.cache.dtype,
+                     max_capacity=self.cache.max_capacity)
+        pc.k[:, 0] = self.cache.k[:, slot, :, :n]
+        pc.v[:, 0] = self.cache.v[:, slot, :, :n]
+        pc.lengths[0] = n
+        self._prefixes[next(self._prefix_ids)] = _Prefix(list(tokens[:n]), pc)
+        while len(self._prefixes) > self.prefix_entries:
+            self._prefixes.popitem(last=False)
+
+    # -- decoding --------------------------------------------------------------------------------
+    def _step(self) -> None:
+        states = [t.req.state for t in self.active if not t.req.state.done]
+        if not states:
+            return
+        self.stats.steps += 1
+        self.stats.rows_stepped += len(states)
+        self.stats.batch_hist[len(states)] = self.stats.batch_hist.get(len(states), 0) + 1
+        try:
+            self.engine.decoder.step(self.cache, states)
+        except Exception:
+            # Find the row(s) at fault: step each alone; the others lose nothing but time.
+            self.stats.step_fallbacks += 1
+            for t in list(self.active):
+                st = t.req.state
+                if st.done:
+                    continue
+                try:
+                    self.engine.decoder.step(self.cache, [st])
+                except Exception as e:
+                    self._remove(t, e)
+
+    def _absorb(self, t: Ticket) -> None:
+        try:
+            events = t.req.absorb()
+            for ev in events:
+                t._put(Item("event", event=ev))
+            if t.req.state.done:
+                self._finish(t)
+        except Exception as e:
+            self._remove(t, e)
+
+    def _finish(self, t: Ticket) -> None:
+        req = t.req
+        slot = req.state.row
+        for ev in req.absorb():
+            t._put(Item("event", event=ev))
+        if req.session is not None:
+            self.cache.extract_row(slot, req.session.cache)
+            result = req.finish(req.session.cache)
+        else:
+            result = req.finish(_RowSubset(self.cache, [slot]))
+        self._remove(t)
+        self.stats.completed += 1
+        t._put(Item("done", result=result))
+
+    def _drop_cancelled(self) -> None:
+        for t in list(self.active):
+            if t.cancelled:
+                self.stats.cancelled += 1
+                self._remove(t, RequestCancelled("cancelled"), count=False)
+
+    def _remove(self, t: Ticket, error: BaseException | None = None, count: bool = True) -> None:
+        """Take `t` out of the batch; keep rows 0..n-1 contiguous by moving the last row down."""
+        i = self.active.index(t)
+        last = len(self.active) - 1
+        if i != last:
+            moved = self.active[last]
+            n = int(self.cache.lengths[last])
+            # pending tokens sit beyond the committed length only in K/V written by the next pass,
+            # so copying the committed part is the whole state of the row
+            self.cache.k[:, i, :, :n] = self.cache.k[:, last, :, :n]
+            self.cache.v[:, i, :, :n] = self.cache.v[:, last, :, :n]
+            self.cache.lengths[i] = n
+            moved.req.state.row = i
+            self.active[i] = moved
+        self.active.pop()
+        self.cache.lengths[last] = 0
+        self._release_session(t)
+        if error is not None:
+            if count:
+                self.stats.failed += 1
+            t._put(Item("error", error=error))
+        with self._cv:
+            self._cv.notify_all()
+
+    def _fail(self, t: Ticket, e: BaseException) -> None:
+        if t in self.active:
+            self._remove(t, e)
+        else:
+            self.stats.failed += 1
+            t._put(Item("error", error=e))
+
+    def _release_session(self, t: Ticket) -> None:
+        s = t.req.session
+        if s is not None and not isinstance(s, _CachedTokens) and id(s) in self._busy_sessions:
+            self._busy_sessions.discard(id(s))
+            s.lock.release()
+
+    def _reset_rows(self) -> None:
+        self.active.clear()
+        self.cache.lengths.zero_()
+
+    def _shutdown(self) -> None:
+        err = Rejected("the server is shutting down", retry_after=5)
+        for t in list(self.active):
+            self._remove(t, err)
+        with self._cv:
+            for t in self.queue:
+                t._put(Item("error", error=err))
+            self.queue.clear()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _dims(cache: KVCache) -> tuple[int, int, int, int]:
+    n_layers, _, n_kv, head_dim = cache.shape
+    return n_layers, 1, n_kv, head_dim
