@@ -1,0 +1,291 @@
+"""`EngineLLM`: a LiveKit Agents `llm.LLM` plugin backed by the in-process diffusion engine.
+
+    from livekit.agents import AgentSession
+    from voice_agent.livekit import EngineLLM
+
+    session = AgentSession(llm=EngineLLM("default", reasoning_effort="low"), stt=..., tts=..., vad=...)
+
+What it does, per `chat()`:
+- converts the ChatContext (messages, function calls and their outputs) to OpenAI messages and
+  the FunctionTools to OpenAI tool schemas, with livekit's own provider-format helpers;
+- runs the blocking `engine.stream()` in a worker thread and streams ANSWER text as
+  `ChatChunk(delta=ChoiceDelta(content=...))`. Reasoning is never put in `content` (it would be
+  spoken); it is logged at DEBUG and reported in the `engine_metrics` event;
+- sends each tool call as a `FunctionToolCall`, then a last chunk carrying `CompletionUsage`;
+- keeps one engine `Session` per EngineLLM, so the turns of one call reuse the KV cache. Create
+  one EngineLLM per AgentSession (per room / call); they can share one `Engine`.
+
+Metrics: livekit's `LLMMetrics.ttft` (via `session.on("metrics_collected")`) is the time to the
+first chunk with content, which for us is the first ANSWER text, i.e. our `ttfat`. The engine's
+own numbers (`ttft_ms` counts thinking tokens too, `ttfat_ms`, prefill/decode split, cached
+tokens, tokens per forward) arrive as `EngineTurnMetrics` in `llm.on("engine_metrics", cb)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from livekit.agents import APIStatusError, llm, utils
+from livekit.agents.llm import ToolChoice
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, NotGivenOr
+
+from engine import ChatResult, Engine, EngineInputError, Session, StreamEvent
+
+logger = logging.getLogger("voice_agent.livekit.llm")
+
+DEFAULT_MAX_TOKENS = 256
+TOOL_ERROR_RETRIES = 1  # a turn that produced only invalid tool calls is retried once, with the error
+ENGINE_KWARGS = ("reasoning_effort", "max_tokens", "temperature", "seed", "stop")  # extra_kwargs we accept
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def shared_engine(name: str = "default", **load_kwargs: Any) -> Engine:
+    """One Engine per model name per process: every call and room shares its weights."""
+    with _engines_lock:
+        if name not in _engines:
+            _engines[name] = Engine.load(name, **load_kwargs)
+        return _engines[name]
+
+
+@dataclass
+class EngineTurnMetrics:
+    """The engine's own numbers for one `chat()` (seconds, like livekit's metrics)."""
+
+    request_id: str
+    ttft: float | None  # first token of any kind, thinking included
+    ttfat: float | None  # first answer token: what a caller waits for
+    reasoning: str  # never spoken; here so it can be logged or inspected
+    tool_errors: list[str]
+    metrics: dict = field(default_factory=dict)  # the engine's raw metrics dict (milliseconds)
+
+
+class EngineLLM(llm.LLM[Literal["engine_metrics"]]):
+    def __init__(
+        self,
+        engine: Engine | str = "default",
+        *,
+        reasoning_effort: str = "low",
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = 0.0,
+        tool_choice: NotGivenOr[ToolChoice] = NOT_GIVEN,
+        session: Session | None = None,
+    ) -> None:
+        """`engine`: an Engine, or a model name for `Engine.load` ("default", "smollm2-base", a folder).
+        `tool_choice` is the default for every turn (a `chat(tool_choice=...)` overrides it)."""
+        super().__init__()
+        self._engine = engine if isinstance(engine, Engine) else shared_engine(str(engine))
+        self._opts = {"reasoning_effort": reasoning_effort, "max_tokens": max_tokens, "temperature": temperature}
+        self._tool_choice = tool_choice
+        self._session = session or self._engine.session()
+
+    @property
+    def model(self) -> str:
+        return self._engine.model_name
+
+    @property
+    def provider(self) -> str:
+        return "voice-agent"
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
+    def session(self) -> Session:
+        """The engine session (KV cache) this LLM's turns share."""
+        return self._session
+
+    def chat(
+        self,
+        *,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool] | None = None,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+        parallel_tool_calls: NotGivenOr[bool] = NOT_GIVEN,
+        tool_choice: NotGivenOr[ToolChoice] = NOT_GIVEN,
+        extra_kwargs: NotGivenOr[dict[str, Any]] = NOT_GIVEN,
+    ) -> EngineLLMStream:
+        # parallel_tool_calls is accepted and ignored: the engine returns every call it parsed.
+        kwargs = dict(self._opts)
+        for k, v in (extra_kwargs or {}).items() if utils.is_given(extra_kwargs) else ():
+            if k not in ENGINE_KWARGS:
+                raise ValueError(f"EngineLLM.chat: unknown extra_kwargs key {k!r}; known: {', '.join(ENGINE_KWARGS)}")
+            kwargs[k] = v
+        choice = tool_choice if utils.is_given(tool_choice) else self._tool_choice
+        if utils.is_given(choice):
+            kwargs["tool_choice"] = choice
+        return EngineLLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options,
+                               engine_kwargs=kwargs)
+
+
+class EngineLLMStream(llm.LLMStream):
+    def __init__(self, llm_: EngineLLM, *, chat_ctx: llm.ChatContext, tools: list[llm.Tool],
+                 conn_options: APIConnectOptions, engine_kwargs: dict) -> None:
+        super().__init__(llm_, chat_ctx=chat_ctx, tools=tools, conn_options=conn_options)
+        self._engine_llm = llm_
+        self._engine_kwargs = engine_kwargs
+        self.result: ChatResult | None = None  # the last engine result, once the turn is done
+
+    async def _run(self) -> None:
+        request_id = utils.shortuuid("engine_")
+        messages = chat_ctx_to_messages(self._chat_ctx)
+        schemas = tools_to_schemas(self._tools)
+        kwargs = dict(self._engine_kwargs, tools=schemas or None)
+        if not schemas:
+            kwargs.pop("tool_choice", None)  # nothing to choose from: plain answer
+        streamed_text = False
+        for attempt in range(TOOL_ERROR_RETRIES + 1):
+            result = await self._stream_turn(request_id, messages, kwargs)
+            streamed_text = streamed_text or bool(result.text)
+            if result.tool_calls or streamed_text or not result.tool_errors or attempt == TOOL_ERROR_RETRIES:
+                break
+            # Only invalid tool calls and nothing to say: tell the model what was wrong, once.
+            logger.warning("invalid tool call, retrying with the error: %s", "; ".join(result.tool_errors))
+            messages = [*messages, {"role": "system", "content": "Your tool call was rejected: "
+                                    + "; ".join(result.tool_errors)
+                                    + ". Call the tool again with valid arguments, or answer the caller."}]
+        self.result = result
+        for call in result.tool_calls:
+            fn = call["function"]
+            self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(
+                role="assistant", tool_calls=[llm.FunctionToolCall(
+                    name=fn["name"], arguments=fn["arguments"], call_id=call["id"])])))
+        m = result.metrics
+        prompt, completion = int(m.get("prompt_tokens") or 0), int(m.get("completion_tokens") or 0)
+        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=llm.CompletionUsage(
+            completion_tokens=completion, prompt_tokens=prompt, prompt_cached_tokens=int(m.get("cached_tokens") or 0),
+            reasoning_tokens=int(m.get("reasoning_tokens") or 0), total_tokens=prompt + completion)))
+        self._engine_llm.emit("engine_metrics", EngineTurnMetrics(
+            request_id=request_id, ttft=_seconds(m.get("ttft_ms")), ttfat=_seconds(m.get("ttfat_ms")),
+            reasoning=result.reasoning, tool_errors=list(result.tool_errors), metrics=dict(m)))
+
+    async def _stream_turn(self, request_id: str, messages: list[dict], kwargs: dict) -> ChatResult:
+        """One engine turn; answer text goes out as chunks as soon as each block commits."""
+        while True:
+            try:
+                async for ev in _events_in_thread(self._engine_llm, messages, kwargs):
+                    if ev.type == "answer" and ev.text:
+                        self._event_ch.send_nowait(llm.ChatChunk(
+                            id=request_id, delta=llm.ChoiceDelta(role="assistant", content=ev.text)))
+                    elif ev.type == "reasoning":
+                        logger.debug("reasoning [%s]: %s", request_id, ev.text)
+                    elif ev.type == "done" and ev.result is not None:
+                        if ev.result.reasoning:
+                            logger.info("reasoning [%s] (not spoken): %s", request_id, ev.result.reasoning)
+                        return ev.result
+                raise RuntimeError("the engine stream ended without a result")
+            except EngineInputError as e:
+                shorter = _drop_oldest_turn(messages) if "context too long" in str(e) else None
+                if shorter is None:
+                    raise APIStatusError(f"engine rejected the request: {e}", status_code=400,
+                                         retryable=False) from None
+                logger.warning("context too long; dropping the oldest turn (%d -> %d messages)",
+                               len(messages), len(shorter))
+                messages = shorter
+
+
+async def _events_in_thread(llm_: EngineLLM, messages: list[dict], kwargs: dict):
+    """Iterate the blocking `engine.stream` in its own thread and hand its events to asyncio.
+
+    When the consumer stops early (barge-in, a cancelled preemptive generation), the thread stops
+    at the next committed block. The session's cache then holds a turn the session does not
+    record, so it is reset while the engine still holds the session lock."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
+    stop = threading.Event()
+    session = llm_.session
+
+    def put(item: StreamEvent | BaseException | None) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop closed under us (job shutdown): nobody is listening
+            pass
+
+    def work() -> None:
+        gen: Iterator[StreamEvent] | None = None
+        started = False
+        try:
+            gen = llm_.engine.stream(messages, session=session, **kwargs)
+            for ev in gen:
+                started = True
+                if stop.is_set():
+                    session.reset()  # safe: the generator is suspended inside the session lock
+                    break
+                put(ev)
+        except BaseException as e:  # noqa: BLE001 - handed to the event loop, which re-raises it
+            if started:
+                with session.lock:
+                    session.reset()  # a turn that failed half-way leaves an unknown cache
+            put(e)
+        finally:
+            if gen is not None:
+                gen.close()  # releases the session lock
+            put(None)
+
+    thread = threading.Thread(target=work, name="engine-stream", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def chat_ctx_to_messages(chat_ctx: llm.ChatContext) -> list[dict]:
+    """ChatContext -> OpenAI chat messages the engine accepts (system/user/assistant/tool)."""
+    raw, _ = chat_ctx.to_provider_format("openai")
+    out: list[dict] = []
+    for m in raw:
+        role = "system" if m.get("role") == "developer" else m.get("role")
+        msg: dict = {"role": role, "content": _text(m.get("content"))}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = [{"id": c["id"], "type": "function", "function": dict(c["function"])}
+                                 for c in m["tool_calls"]]
+            msg["content"] = msg["content"] or None
+        if role == "tool":
+            msg["tool_call_id"] = m.get("tool_call_id", "")
+        out.append(msg)
+    return out
+
+
+def tools_to_schemas(tools: list[llm.Tool]) -> list[dict]:
+    """FunctionTools (typed or raw) -> OpenAI tool schemas. Non-strict: a small model reads plain
+    optional fields better than strict mode's nullable unions."""
+    return llm.ToolContext(tools).parse_function_tools("openai", strict=False) if tools else []
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    # a list of parts (images are dropped: the engine reads text only)
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+
+
+def _drop_oldest_turn(messages: list[dict]) -> list[dict] | None:
+    """Drop the oldest user turn (and the replies and tool results that belong to it), keeping
+    leading system messages. None when only the latest turn is left."""
+    head = 0
+    while head < len(messages) and messages[head]["role"] == "system":
+        head += 1
+    users = [i for i in range(head, len(messages)) if messages[i]["role"] == "user"]
+    if len(users) < 2:
+        return None
+    return messages[:head] + messages[users[1]:]
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000.0
