@@ -89,6 +89,7 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "tool_calls": [_tool_call(c) for c in tl.tool_calls],
         "answered": tl.answered,
         "interrupted": tl.interrupted,
+        "late_transcript": tl.late_transcript,
         "e2e_ms": e2e,
         "ttft_ms": _num(first.get("ttft_ms")),
         "ttfat_ms": ttfat,

@@ -60,6 +60,9 @@ from voice_agent.latency.timeline import TurnTimeline
 # Frames that say nothing about the conversation moving on; everything else counts as activity
 # when deciding whether the pipeline is idle.
 _PASSIVE = (InputAudioRawFrame, MetricsFrame)
+# A turn that ended is "waiting for its answer" at most this long; after that the bot is taken to
+# have nothing to say (e.g. an empty transcript the aggregator dropped).
+ANSWER_WAIT_S = 10.0
 
 
 class TurnLatencyObserver(BaseObserver):
@@ -91,10 +94,16 @@ class TurnLatencyObserver(BaseObserver):
 
     def idle_for(self) -> float:
         """Seconds since the conversation last moved, or 0 while anything is in flight: the caller
-        speaking, the bot speaking, or the LLM working."""
+        speaking, the bot speaking, the LLM working, or a turn that ended waiting for its answer
+        (STT and turn detection emit no frames while they work)."""
         if self._user_speaking or self._bot_speaking or self._llm_inflight:
             return 0.0
-        return max(0.0, self._clock() - self._last_activity)
+        now = self._clock()
+        turn = self.current
+        stopped = turn.turn_stopped or turn.vad_stopped
+        if turn.index >= 0 and stopped is not None and not turn.answered and now - stopped < ANSWER_WAIT_S:
+            return 0.0
+        return max(0.0, now - self._last_activity)
 
     # -- observer --------------------------------------------------------------------------------
     async def on_push_frame(self, data: FramePushed) -> None:
@@ -134,8 +143,14 @@ class TurnLatencyObserver(BaseObserver):
             if self.turns and turn.turn_stopped is None:
                 turn.turn_stopped = now
         elif isinstance(frame, TranscriptionFrame):
-            if self.turns and turn.llm_request is None:
-                turn.transcript_final = now
+            if self.turns:
+                if turn.llm_request is None:
+                    turn.transcript_final = now
+                else:
+                    # Words that arrived after the LLM was asked (a slow STT, or the caller going on
+                    # after a pause): kept with the turn they were spoken in, but they did not
+                    # delay this turn's answer.
+                    turn.late_transcript = True
                 turn.user_text = f"{turn.user_text} {frame.text.strip()}".strip()
         elif isinstance(frame, LLMContextFrame):
             if turn.llm_request is None:

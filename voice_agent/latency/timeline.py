@@ -35,6 +35,7 @@ class TurnTimeline:
     engine: list[dict] = field(default_factory=list)  # the engine's metrics, one dict per call
     llm_calls: int = 0
     interrupted: bool = False  # the caller spoke again before this turn's answer finished
+    late_transcript: bool = False  # some of user_text arrived after the LLM request
 
     @property
     def answered(self) -> bool:

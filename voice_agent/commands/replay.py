@@ -1,0 +1,58 @@
+"""Replay recorded calls through the same pipeline that serves live calls, and measure every turn
+against the latency budget.
+
+INPUT is one or more WAV files or folders of them (mono or stereo; 8, 16, 24 or 48 kHz; PCM16
+or 8-bit mu-law). With no INPUT, the shipped sample call (samples/dental_booking_call.wav) is
+replayed. Each turn's e2e_ms runs from the true end of the caller's speech in the recording
+(an offline VAD pass) to the first bot audio. Results: DIR/report.json, DIR/report.html, and per
+call a stereo WAV (caller left, bot right) and a transcript JSON.
+
+Exit status: 0 when every input replayed (and, with --expect, every expectation passed);
+1 when some input failed or an expectation failed; 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_OUT = "replay_out"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="*", metavar="INPUT",
+                        help="WAV files or folders of WAV files (default: the shipped sample call)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="folder for report.json, report.html and the calls")
+    parser.add_argument("--scenario", default="dental_receptionist", help="scenario name in prompts/ or a YAML path")
+    parser.add_argument("--reasoning-effort", choices=["instant", "low", "medium", "high"], default=None,
+                        help="override the scenario's reasoning_effort")
+    parser.add_argument("--model", default="default", help="engine model: 'default', 'smollm2-base' or a checkpoint folder")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--realtime", dest="fast", action="store_false",
+                      help="feed caller audio at wall-clock rate (the honest latency mode)")
+    mode.add_argument("--fast", dest="fast", action="store_true",
+                      help="skip silence while the pipeline is idle; per-turn latencies are unchanged "
+                           "(skips never overlap a measured interval)")
+    parser.set_defaults(fast=False)
+    parser.add_argument("--caller-channel", default="left", choices=["left", "right", "0", "1"],
+                        help="which channel of a stereo recording is the caller")
+    parser.add_argument("--budget-ms", type=float, default=500.0, help="latency budget per turn")
+    parser.add_argument("--expect", default=None, metavar="FILE",
+                        help="expectations (YAML/JSON): tool calls, phrases that must / must not be said; "
+                             "a failed check makes the exit status 1")
+    parser.add_argument("--tail-s", type=float, default=20.0,
+                        help="after the recording ends, wait at most this long for the bot to finish")
+    parser.add_argument("--link-audio", action="store_true",
+                        help="link the call WAVs from report.html instead of embedding them")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from voice_agent.replay import ReplayOptions, replay_main
+
+    opts = ReplayOptions(
+        scenario=args.scenario, reasoning_effort=args.reasoning_effort, model=args.model, fast=args.fast,
+        caller_channel=args.caller_channel, budget_ms=args.budget_ms,
+        expect=Path(args.expect) if args.expect else None, tail_s=args.tail_s,
+        embed_audio=not args.link_audio, progress=not args.no_progress)
+    return replay_main([Path(p) for p in args.inputs], Path(args.out), opts)

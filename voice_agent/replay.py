@@ -1,0 +1,321 @@
+"""Replay recorded calls through the live pipeline and measure every turn.
+
+For each input file:
+1. read the caller's side (audio_io) and find where the caller really spoke (offline VAD, truth.py);
+2. build the SAME pipeline live calls use (`voice_agent.pipeline.build_pipeline`) on a
+   `ReplayTransport`, with a `TurnLatencyObserver` attached;
+3. feed the recording on its own clock, keep the line open until the bot has finished its last
+   answer, hang up;
+4. turn the observed timelines into per-turn records (e2e_ms counted from the true end of speech)
+   and write the call's stereo WAV (caller left, bot right) and transcript JSON.
+
+A file that cannot be read, or a call that fails, becomes a call entry with an `error` and the
+batch goes on. The engine is loaded once for the batch; each call gets its own session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from voice_agent.audio_io import AudioFormatError, read_caller_audio, write_wav
+from voice_agent.latency import expectations as expect_mod
+from voice_agent.latency.metrics import summarize, turn_record
+from voice_agent.latency.report import build_report, write_report
+from voice_agent.latency.truth import speech_segments, true_speech_end, utterances
+from voice_agent.latency.wer import word_errors
+
+SAMPLE_CALL = Path(__file__).resolve().parent.parent / "samples" / "dental_booking_call.wav"
+SETTLE_S = 2.0          # after the recording ends: this long with nothing happening ends the call
+HANGUP_TIMEOUT_S = 20.0  # how long the pipeline may take to shut down once we hang up
+
+
+@dataclass
+class ReplayOptions:
+    scenario: str = "dental_receptionist"
+    reasoning_effort: str | None = None
+    model: str = "default"
+    fast: bool = False
+    caller_channel: str = "left"
+    budget_ms: float = 500.0
+    expect: Path | None = None
+    tail_s: float = 20.0
+    embed_audio: bool = True
+    progress: bool = True
+    stt_model: str = "tiny.en"
+
+
+def discover_inputs(inputs: list[Path]) -> list[Path]:
+    """Files as given; folders expanded to the .wav files inside (recursively, sorted). Paths that
+    do not exist are kept, so they are reported as failed inputs."""
+    out: list[Path] = []
+    for p in inputs or [SAMPLE_CALL]:
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() == ".wav")
+        else:
+            out.append(p)
+    return out
+
+
+def _slug(path: Path, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem) or "call"
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name
+
+
+def _sidecar(path: Path) -> dict | None:
+    """A recording's metadata JSON (same stem), e.g. the sample call's script."""
+    meta = path.with_suffix(".json")
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observer: Any) -> Any:
+    """The live-call pipeline on our transport. Returns the PipelineTask to run."""
+    from voice_agent.pipeline import PipelineOptions, build_pipeline
+
+    options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model)
+    return build_pipeline(transport, scenario, options, engine=engine, observers=[observer])
+
+
+async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
+                    opts: ReplayOptions, turns_bar: Any) -> tuple[Any, Any]:
+    from pipecat.pipeline.runner import PipelineRunner
+
+    from voice_agent.latency.observer import TurnLatencyObserver
+    from voice_agent.replay_transport import ReplayTransport
+
+    def on_turn(tl: Any) -> None:
+        if turns_bar is not None:
+            turns_bar.update(1)
+            if tl.first_bot_audio is not None and tl.vad_stopped is not None:
+                turns_bar.set_postfix_str(f"last turn answered {tl.first_bot_audio - tl.vad_stopped:.2f}s after VAD stop")
+
+    transport = ReplayTransport(samples, fast=opts.fast, segments=segments)
+    observer = TurnLatencyObserver(clock=transport.clock.now, on_turn=on_turn)
+    transport.set_idle_probe(observer.idle_for)
+    task = _make_pipeline(transport, scenario, opts, engine, observer)
+    runner = PipelineRunner(handle_sigint=False)
+    run = asyncio.create_task(runner.run(task))
+
+    file_done = asyncio.create_task(transport.file_done.wait())
+    await asyncio.wait({run, file_done}, return_when=asyncio.FIRST_COMPLETED)
+    if run.done():
+        file_done.cancel()
+        run.result()  # the pipeline ended on its own: raise its error, if any
+        raise RuntimeError("the pipeline ended before the recording did")
+    # The recording is over; the line stays open (silence) until the bot has finished.
+    deadline = transport.clock.now() + opts.tail_s
+    while transport.clock.now() < deadline and not run.done():
+        if observer.idle_for() >= SETTLE_S:
+            break
+        await asyncio.sleep(0.1)
+    await transport.hang_up()
+    if not run.done():
+        from pipecat.frames.frames import EndFrame
+
+        await task.queue_frame(EndFrame())
+        try:
+            await asyncio.wait_for(asyncio.shield(run), timeout=HANGUP_TIMEOUT_S)
+        except TimeoutError:
+            logger.warning(f"{path}: pipeline did not end within {HANGUP_TIMEOUT_S:.0f}s of hang-up; cancelling")
+            await task.cancel()
+            await asyncio.wait_for(run, timeout=HANGUP_TIMEOUT_S)
+    run.result()
+    observer.finish()
+    return observer, transport
+
+
+# --- one call ----------------------------------------------------------------------------------
+
+def _transcript(entry: dict, caller_lines: list[dict]) -> dict:
+    """Both sides in time order: what the caller said (STT), what the bot said, reasoning (never
+    spoken) and tool calls."""
+    events: list[dict] = []
+    greeting = entry.get("greeting") or {}
+    if greeting.get("bot_text"):
+        events.append({"t_s": greeting.get("first_bot_audio_s"), "speaker": "bot", "text": greeting["bot_text"]})
+    for t in entry["turns"]:
+        tl = t["timeline_s"]
+        events.append({"t_s": tl.get("user_started"), "speaker": "caller", "turn": t["index"], "text": t["user_text"]})
+        for call in t["tool_calls"]:
+            events.append({"t_s": tl.get("llm_request"), "speaker": "tool", "turn": t["index"],
+                           "name": call.get("name"), "arguments": call.get("arguments"), "result": call.get("result")})
+        if t["reasoning"]:
+            events.append({"t_s": tl.get("llm_request"), "speaker": "bot-reasoning", "turn": t["index"],
+                           "spoken": False, "text": t["reasoning"]})
+        if t.get("filler_text"):
+            events.append({"t_s": tl.get("first_bot_audio"), "speaker": "bot", "turn": t["index"],
+                           "filler": True, "text": t["filler_text"]})
+        if t["bot_text"]:
+            events.append({"t_s": tl.get("first_bot_audio"), "speaker": "bot", "turn": t["index"],
+                           "text": t["bot_text"], "interrupted": t["interrupted"]})
+    return {"file": entry["file"], "duration_s": entry.get("duration_s"), "script": caller_lines,
+            "events": events}
+
+
+async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOptions, out_dir: Path,
+                      slug: str, calls_bar: Any = None) -> dict:
+    entry: dict[str, Any] = {"file": str(path), "error": None, "turns": []}
+    try:
+        audio = read_caller_audio(path, opts.caller_channel)
+    except AudioFormatError as e:
+        entry["error"] = str(e)
+        return entry
+    entry["duration_s"] = round(audio.duration_s, 3)
+    entry["input"] = {"encoding": audio.info.encoding, "sample_rate": audio.info.sample_rate,
+                      "channels": audio.info.channels, "caller_channel": audio.channel}
+    segments = speech_segments(audio.samples)
+    if not segments:
+        entry["error"] = f"{path}: no caller speech found in the recording"
+        return entry
+    entry["caller_speech_s"] = [[round(s.start_s, 3), round(s.end_s, 3)] for s in segments]
+
+    turns_bar = None
+    if opts.progress:
+        from tqdm import tqdm
+
+        turns_bar = tqdm(total=len(utterances(segments)), desc=f"  {path.name}", unit="turn", leave=False,
+                         position=1, file=sys.stderr)
+    t_wall = time.monotonic()
+    try:
+        observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar)
+    except Exception as e:  # one call failing must not stop the batch
+        logger.exception(f"replay of {path} failed")
+        entry["error"] = f"{path}: replay failed: {type(e).__name__}: {e}"
+        entry["turns"] = []
+        return entry
+    finally:
+        if turns_bar is not None:
+            turns_bar.close()
+    entry["wall_s"] = round(time.monotonic() - t_wall, 2)
+    entry["skipped_silence_s"] = round(transport.clock.skipped_s, 2)
+
+    prev_end = float("-inf")
+    for tl in observer.turns:
+        end = true_speech_end(segments, tl.vad_stopped, prev_end) if tl.vad_stopped is not None else None
+        record = turn_record(tl, end, opts.budget_ms)
+        if end is not None:
+            prev_end = end
+        elif record["e2e_from"] == "recording":
+            record["e2e_from"] = "unmatched"
+        entry["turns"].append(record)
+    g = observer.greeting
+    entry["greeting"] = {"bot_text": g.bot_text.strip(),
+                         "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
+
+    meta = _sidecar(path)
+    script = [str(s) for s in (meta or {}).get("script", [])]
+    if script:
+        errors, words = word_errors(" ".join(script), " ".join(t["user_text"] for t in entry["turns"]))
+        entry["caller_wer"] = round(errors / max(1, words), 4)
+
+    call_dir = out_dir / "calls" / slug
+    call_dir.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+
+    bot = transport.capture.bot_track(len(audio.samples))
+    caller = np.zeros(len(bot), dtype=np.int16)
+    caller[: len(audio.samples)] = audio.samples
+    write_wav(call_dir / "call.wav", np.stack([caller, bot], axis=1), 16000)
+    (call_dir / "transcript.json").write_text(json.dumps(_transcript(entry, script), indent=2, default=str) + "\n",
+                                              encoding="utf-8")
+    entry["outputs"] = {"call_wav": f"calls/{slug}/call.wav", "transcript": f"calls/{slug}/transcript.json"}
+    return entry
+
+
+# --- the batch ---------------------------------------------------------------------------------
+
+async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -> dict:
+    from engine import Engine
+    from voice_agent.scenarios import load_scenario
+
+    files = discover_inputs(inputs)
+    scenario = load_scenario(opts.scenario)
+    effort = opts.reasoning_effort or scenario.reasoning_effort
+    engine = Engine.load(opts.model)
+    calls: list[dict] = []
+    taken: set[str] = set()
+    calls_bar = None
+    if opts.progress:
+        from tqdm import tqdm
+
+        calls_bar = tqdm(total=len(files), desc="calls", unit="call", position=0, file=sys.stderr)
+    for path in files:
+        if calls_bar is not None:
+            calls_bar.set_postfix_str(path.name)
+        entry = await replay_call(path, scenario, engine, opts, out_dir, _slug(path, taken), calls_bar)
+        calls.append(entry)
+        if calls_bar is not None:
+            calls_bar.update(1)
+    if calls_bar is not None:
+        calls_bar.close()
+
+    expectations = None
+    if opts.expect is not None:
+        expectations = expect_mod.apply(calls, expect_mod.load_expectations(opts.expect))
+    summary = summarize(calls, budget_ms=opts.budget_ms, model=str(getattr(engine, "model_name", opts.model)),
+                        reasoning_effort=effort, extra={
+                            "mode": "fast" if opts.fast else "realtime",
+                            "scenario": scenario.name,
+                            "stt_model": opts.stt_model,
+                            "command": " ".join(["voice-agent", "replay", *sys.argv[2:]]) if sys.argv[1:2] == ["replay"]
+                            else " ".join(sys.argv),
+                            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                            "expectations": expectations,
+                        })
+    return build_report(calls, summary)
+
+
+def print_summary(report: dict, out_dir: Path) -> None:
+    s = report["summary"]
+    e2e, ttfat = s["e2e_ms"], s["ttfat_ms"]
+    rate = s["budget_pass_rate"]
+    print(f"\n{s['calls'] - s['calls_failed']}/{s['calls']} calls replayed, {s['answered_turns']}/{s['scored_turns']} "
+          f"turns answered ({s['mode']}, model {s['model']}, reasoning_effort {s['reasoning_effort']})")
+    print(f"e2e_ms   p50 {e2e['p50']}  p95 {e2e['p95']}  p99 {e2e['p99']}")
+    print(f"ttfat_ms p50 {ttfat['p50']}  p95 {ttfat['p95']}  p99 {ttfat['p99']}")
+    print(f"budget {s['budget_ms']:.0f} ms: pass rate {'-' if rate is None else f'{rate:.0%}'}; "
+          f"dominant stage: {s['dominant_stage']}")
+    for call in report["calls"]:
+        if call.get("error"):
+            print(f"FAILED INPUT {call['error']}")
+    table = expect_mod.table_text(report["calls"])
+    if table:
+        print("\nexpectations:\n" + table)
+    print(f"\nreport: {out_dir / 'report.json'}  {out_dir / 'report.html'}")
+
+
+def replay_main(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -> int:
+    try:
+        if opts.expect is not None:
+            expect_mod.load_expectations(opts.expect)  # fail before the (long) replay, not after
+        report = asyncio.run(replay_batch(inputs, out_dir, opts))
+    except (expect_mod.ExpectationsError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_report(report, out_dir, embed_audio=opts.embed_audio)
+    print_summary(report, out_dir)
+    failed = report["summary"]["calls_failed"] > 0
+    exp = report["summary"].get("expectations")
+    if exp is not None and not exp["passed"]:
+        failed = True
+    return 1 if failed else 0
