@@ -20,8 +20,10 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+import torch
+
 from engine.api import ChatResult, Engine, Request, StreamEvent
-from engine.decode import _RowSubset
+from engine.decode import _RowSubset, prefill_mask
 from engine.kv_cache import KVCache
 
 
@@ -68,6 +70,7 @@ class Ticket:
         self.loop = loop
         self.created = time.monotonic()
         self.admitted_at: float | None = None
+        self.finished_at: float | None = None
         self.cancelled = False
         self.finished = False
         self._async_q: asyncio.Queue[Item] | None = asyncio.Queue() if loop is not None else None
@@ -85,6 +88,7 @@ class Ticket:
     def _put(self, item: Item) -> None:
         if item.kind in ("done", "error"):
             self.finished = True
+            self.finished_at = time.monotonic()
         if self._sync_q is not None:
             self._sync_q.put(item)
             return
@@ -128,10 +132,15 @@ class _Prefix:
 
 
 @dataclass
-class _CachedTokens:
-    """Stands in for a session during prefill, so a request without one can reuse a shared prefix."""
+class _Plan:
+    """How one admitted request is prefilled: `k` tokens come from `source`, the rest are new."""
 
-    tokens: list[int]
+    ticket: Ticket
+    source: KVCache | None
+    k: int
+    new_tokens: list[int]
+    from_prefix: bool = False
+    slot: int = -1
 
 
 @dataclass
@@ -237,6 +246,7 @@ class Scheduler:
                 "rejected_full": s.rejected_full,
                 "timed_out": s.timed_out,
                 "steps": s.steps,
+                "rows_stepped": s.rows_stepped,
                 "mean_batch": round(s.rows_stepped / s.steps, 3) if s.steps else 0.0,
                 "batch_hist": dict(sorted(s.batch_hist.items())),
                 "prefills": s.prefills,
@@ -312,80 +322,156 @@ class Scheduler:
 
     # -- admission -------------------------------------------------------------------------------
     def _admit(self) -> None:
+        """Take queued requests into free rows and prefill them, batched by similar length."""
+        plans: list[_Plan] = []
         budget = self.prefill_budget
-        while len(self.active) < self.max_batch:
-            with self._cv:
-                self._expire_queued()
-                t = next((x for x in self.queue if self._session_free(x)), None)
-                if t is None:
-                    return
-                self.queue.remove(t)
+        with self._cv:
+            self._expire_queued()
+            for t in list(self.queue):
+                if len(self.active) + len(plans) >= self.max_batch or budget <= 0:
+                    break
+                if not self._session_free(t):
+                    continue
                 s = t.req.session
                 if s is not None:
                     # Someone outside the scheduler (Engine.stream) may hold the session: wait.
                     if not s.lock.acquire(blocking=False):
-                        self.queue.appendleft(t)
-                        return
+                        continue
                     self._busy_sessions.add(id(s))
-            slot = len(self.active)
-            try:
-                new_tokens = self._prefill(t, slot)
-            except Exception as e:
-                self._release_session(t)
-                self.cache.lengths[slot] = 0
-                self._fail(t, e)
-                continue
-            t.admitted_at = time.monotonic()
-            self.active.append(t)
-            t._put(Item("admitted"))
-            budget -= new_tokens
-            if budget <= 0:
-                return
+                self.queue.remove(t)
+                try:
+                    plan = self._plan(t)
+                except Exception as e:
+                    self._release_session(t)
+                    self._fail(t, e)
+                    continue
+                plans.append(plan)
+                budget -= len(plan.new_tokens)
+        if not plans:
+            return
+        for group in _length_groups(plans):
+            self._prefill_group(group)
 
-    def _prefill(self, t: Ticket, slot: int) -> int:
-        req, cache = t.req, self.cache
+    def _plan(self, t: Ticket) -> _Plan:
+        """Where this request's cached tokens come from: its call's cache, a shared prefix, or none."""
+        req = t.req
         sess = req.session
         if sess is not None and sess.tokens and int(sess.cache.lengths[0]) > 0:
-            cache.load_row(slot, sess.cache)
-            have = None
+            # the same reuse rule as Request.prefill: the call's cache, as far as it matches
+            have, source, from_prefix = sess.tokens[: int(sess.cache.lengths[0])], sess.cache, False
         else:
-            have = self._load_prefix(req.tokens, slot)
-        cache.ensure(len(req.tokens) + 1)  # grow the parent before taking a row view
-        row = _RowSubset(cache, [slot])
-        shim = None
-        if have is not None and sess is None:
-            shim = req.session = _CachedTokens(have)  # type: ignore[assignment]
-        elif have is not None:
-            sess.tokens = have  # the session is fresh: its cache row now holds this prefix
-        try:
-            req.prefill(cache, row)
-        finally:
-            if shim is not None:
-                req.session = None
-        req.state.row = slot
-        self.stats.prefills += 1
-        if req.cached_tokens:
-            self.stats.prefix_hits += have is not None
-            self.stats.prefix_tokens_reused += req.cached_tokens if have is not None else 0
-        self._remember_prefix(req.tokens, slot, req.cached_tokens)
-        return len(req.tokens) - req.cached_tokens
+            (have, source), from_prefix = self._find_prefix(req.tokens), True
+        k = min(_common_prefix(have, req.tokens), len(req.tokens) - 1)  # >= 1 token to prefill
+        if from_prefix:
+            k = self._usable_prefix(k)
+        return _Plan(t, source if k > 0 else None, k, req.tokens[k:], from_prefix and k > 0)
 
-    def _load_prefix(self, tokens: list[int], slot: int) -> list[int]:
-        """Load the longest shared prompt prefix (system prompt and tools) into `slot`."""
-        self.cache.lengths[slot] = 0
+    def _prefill_group(self, group: list[_Plan]) -> None:
+        """Load each plan's cached rows, then prefill the rest of every prompt in one forward."""
+        cache = self.cache
+        rows: list[_Plan] = []
+        for p in group:
+            slot = len(self.active) + len(rows)
+            try:
+                cache.lengths[slot] = 0
+                if p.source is not None:
+                    cache.load_row(slot, p.source)
+                    cache.lengths[slot] = p.k
+                p.slot = slot
+                rows.append(p)
+            except Exception as e:
+                cache.lengths[slot] = 0
+                self._release_session(p.ticket)
+                self._fail(p.ticket, e)
+        if not rows:
+            return
+        t0 = time.perf_counter()
+        try:
+            logits = self._prefill_forward([(p.slot, p.new_tokens) for p in rows])
+            done = list(zip(rows, logits, strict=True))
+        except Exception:
+            # One bad request must not fail the others: prefill each alone, fail only what fails.
+            done = []
+            for p in rows:
+                try:
+                    done.append((p, self._prefill_forward([(p.slot, p.new_tokens)])[0]))
+                except Exception as e:
+                    self._release_session(p.ticket)
+                    self._fail(p.ticket, e)
+        t1 = time.perf_counter()
+        eng = self.engine
+        for p, lg in done:
+            req = p.ticket.req
+            slot = len(self.active)
+            if p.slot != slot:  # a row before it failed: keep rows contiguous
+                self._move_row(p.slot, slot)
+            try:
+                req.cached_tokens = p.k
+                req.t_prefill_end, req.prefill_ms = t1, (t1 - t0) * 1000
+                req.state = eng.decoder.start(req.params, lg, row=slot, eos_ids=eng.eos_ids)
+                self._remember_prefix(req.tokens, slot, p.k)
+            except Exception as e:
+                cache.lengths[slot] = 0
+                self._release_session(p.ticket)
+                self._fail(p.ticket, e)
+                continue
+            self.stats.prefills += 1
+            if p.from_prefix:
+                self.stats.prefix_hits += 1
+                self.stats.prefix_tokens_reused += p.k
+            p.ticket.admitted_at = time.monotonic()
+            self.active.append(p.ticket)
+            p.ticket._put(Item("admitted"))
+
+    @torch.inference_mode()
+    def _prefill_forward(self, rows: list[tuple[int, list[int]]]) -> list[torch.Tensor]:
+        """Prefill several rows (contiguous slots) at once; each gets the logits of its next token.
+
+        Each row's tokens see the row's cache and each other as in a lone prefill; padding sees
+        only itself. The logits come from each row's own last position, one vector at a time, as
+        `BlockDecoder.prefill` computes them, so a batched prefill matches a lone one."""
+        cache, model, fam = self.cache, self.engine.model, self.engine.family
+        slots = [s for s, _ in rows]
+        t = max(len(toks) for _, toks in rows)
+        cache.ensure(int(cache.lengths[slots].max()) + t)  # grow the parent before taking views
+        view = _RowSubset(cache, slots)
+        x = torch.zeros(len(rows), t, dtype=torch.long)
+        intra = torch.zeros(len(rows), t, t, dtype=torch.bool)
+        for i, (slot, toks) in enumerate(rows):
+            n = len(toks)
+            x[i, :n] = torch.tensor(toks)
+            intra[i, :n, :n] = prefill_mask(n, fam.cache_attention, fam.block_size, int(cache.lengths[slot]))
+            idx = torch.arange(n, t)
+            intra[i, idx, idx] = True
+        mask, _ = view.mask(intra[0] if len(rows) == 1 else intra, t)
+        pos_slots = view.slots_for(t)
+        pos = pos_slots.clamp(max=model.cfg.max_seq_len - 1)
+        h = model.hidden(x, pos, mask, view, pos_slots)
+        out = []
+        for i, (slot, toks) in enumerate(rows):
+            cache.lengths[slot] += len(toks)
+            out.append(model.lm_head(h[i, len(toks) - 1]).float())
+        return out
+
+    def _move_row(self, src: int, dst: int) -> None:
+        n = int(self.cache.lengths[src])
+        self.cache.k[:, dst, :, :n] = self.cache.k[:, src, :, :n]
+        self.cache.v[:, dst, :, :n] = self.cache.v[:, src, :, :n]
+        self.cache.lengths[dst] = n
+        self.cache.lengths[src] = 0
+
+    def _find_prefix(self, tokens: list[int]) -> tuple[list[int], KVCache | None]:
+        """The stored prompt prefix (system prompt and tools) that shares the most with `tokens`."""
         best, best_n = None, 0
         for key, p in self._prefixes.items():
             n = _common_prefix(p.tokens, tokens)
             if n > best_n:
                 best, best_n = key, n
-        best_n = self._usable_prefix(best_n)
-        if best is None or best_n < 16:
-            return []
-        p = self._prefixes[best]
+        if best is None or self._usable_prefix(best_n) < 16:
+            return [], None
         self._prefixes.move_to_end(best)
-        self.cache.load_row(slot, p.cache)
-        self.cache.lengths[slot] = best_n
-        return p.tokens[:best_n]
+        p = self._prefixes[best]
+        return p.tokens, p.cache
 
     def _usable_prefix(self, n: int) -> int:
         # With block-causal caches a position's K/V depend on the rest of its block: only whole
@@ -496,7 +582,7 @@ class Scheduler:
 
     def _release_session(self, t: Ticket) -> None:
         s = t.req.session
-        if s is not None and not isinstance(s, _CachedTokens) and id(s) in self._busy_sessions:
+        if s is not None and id(s) in self._busy_sessions:
             self._busy_sessions.discard(id(s))
             s.lock.release()
 
@@ -512,6 +598,22 @@ class Scheduler:
             for t in self.queue:
                 t._put(Item("error", error=err))
             self.queue.clear()
+
+
+def _length_groups(plans: list[_Plan]) -> list[list[_Plan]]:
+    """Split prefills into groups whose padded size wastes little: sorted by length, a group
+    grows while its padded tokens stay within 1.5x of its real tokens."""
+    groups: list[list[_Plan]] = []
+    for p in sorted(plans, key=lambda p: -len(p.new_tokens)):
+        g = groups[-1] if groups else None
+        if g is not None:
+            longest = len(g[0].new_tokens)
+            real = sum(len(q.new_tokens) for q in g) + len(p.new_tokens)
+            if longest * (len(g) + 1) <= 1.5 * real:
+                g.append(p)
+                continue
+        groups.append([p])
+    return groups
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
