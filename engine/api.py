@@ -257,6 +257,8 @@ class Request:
         self.params, self.thinking_budget, self.thinking = params, thinking_budget, thinking
         self.prefix, self.stops, self.session, self.effort = prefix, stops, session, effort
         self.parser = OutputParser(in_reasoning=thinking)
+        if prefix:  # a forced tool call: the prompt already opened <tool_call>, so the output is its body
+            self.parser.mode = "tool"
         self.state: SeqState | None = None
         self.t0 = time.perf_counter()
         self.t_prefill_end = 0.0
