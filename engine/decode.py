@@ -154,26 +154,27 @@ class BlockDecoder:
             self._commit(s, out, npend, n_block)
 
     def _forward(self, cache: KVCache, fwd) -> dict[int, torch.Tensor]:
-        rows = [s.row for s, _, _ in fwd]
-        t = max(len(toks) for _, toks, _ in fwd)
-        cache.ensure(int(cache.lengths[rows].max()) + t)  # grow the parent before taking views
-        view = cache if rows == list(range(cache.batch)) else _RowSubset(cache, rows)
-        x = torch.zeros(len(rows), t, dtype=torch.long)
-        intra = torch.zeros(len(rows), t, t, dtype=torch.bool)
-        for i, (s, toks, n_block) in enumerate(fwd):
+        # Forward the contiguous run of rows that spans every row with input: a view of the
+        # cache, never a copy. Rows inside the run that have nothing to do get one padding token.
+        by_row = {s.row: (toks, n_block) for s, toks, n_block in fwd}
+        lo, hi = min(by_row), max(by_row) + 1
+        t = max(len(toks) for toks, _ in by_row.values())
+        cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
+        view = cache if (lo, hi) == (0, cache.batch) else _RowSubset(cache, list(range(lo, hi)))
+        x = torch.zeros(hi - lo, t, dtype=torch.long)
+        intra = torch.eye(t, dtype=torch.bool).repeat(hi - lo, 1, 1)  # padding sees itself only
+        for row, (toks, n_block) in by_row.items():
             n = len(toks)
-            x[i, :n] = torch.tensor(toks)
-            intra[i, :n, :n] = intra_mask(n - n_block, n_block, self.family.cache_attention, self.family.block_size)
-            idx = torch.arange(n, t)
-            intra[i, idx, idx] = True  # padding sees itself only, so softmax stays finite
+            x[row - lo, :n] = torch.tensor(toks)
+            intra[row - lo, :n, :n] = intra_mask(n - n_block, n_block, self.family.cache_attention, self.family.block_size)
         mask, _ = view.mask(intra, t)
         slots = view.slots_for(t)
         pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
         h = self.model.hidden(x, pos, mask, view, slots)
-        logits = self.model.lm_head(h).float()
-        if view is not cache:
-            view.sync_back()
-        return {s.row: logits[i, : len(toks)] for i, (s, toks, _) in enumerate(fwd)}
+        # One lm_head call for all rows: its weight read dominates small passes.
+        rows = list(by_row)
+        logits = self.model.lm_head(torch.cat([h[r - lo, : len(by_row[r][0])] for r in rows])).float()
+        return dict(zip(rows, logits.split([len(by_row[r][0]) for r in rows]), strict=True))
 
     def _predictions(self, s: SeqState, out: torch.Tensor | None, npend: int, n_block: int) -> torch.Tensor:
         """Logits [b, V] predicting each block position."""
@@ -250,26 +251,16 @@ class BlockDecoder:
 
 
 class _RowSubset(KVCache):
-    """Some rows of a batch cache: a view for a contiguous run of rows, else a gathered copy
-    that is written back after the forward."""
+    """A contiguous run of rows of a batch cache, as views that write through to the parent."""
 
     def __init__(self, parent: KVCache, rows: list[int]) -> None:
+        if rows != list(range(rows[0], rows[0] + len(rows))):
+            raise ValueError("row views must be a contiguous run of rows")
         self.parent = parent
         self.shape, self.dtype, self.max_capacity = parent.shape, parent.dtype, parent.max_capacity
-        self.contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
-        if self.contiguous:
-            sl = slice(rows[0], rows[0] + len(rows))
-            self.k, self.v, self.lengths = parent.k[:, sl], parent.v[:, sl], parent.lengths[sl]
-        else:
-            self.rows = torch.tensor(rows)
-            self.k, self.v = parent.k[:, self.rows], parent.v[:, self.rows]
-            self.lengths = parent.lengths[self.rows].clone()
+        sl = slice(rows[0], rows[0] + len(rows))
+        self.k, self.v, self.lengths = parent.k[:, sl], parent.v[:, sl], parent.lengths[sl]
 
     def ensure(self, needed: int) -> None:
         if needed > self.capacity:
             raise RuntimeError("row views cannot grow; ensure capacity on the parent cache first")
-
-    def sync_back(self) -> None:
-        if not self.contiguous:
-            self.parent.k[:, self.rows] = self.k
-            self.parent.v[:, self.rows] = self.v

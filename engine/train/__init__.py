@@ -1,0 +1,1 @@
+"""The recipe that makes the default dLLM: self-distillation data, LoRA block-diffusion training."""
