@@ -17,7 +17,9 @@ from voice_agent.latency.report import validate
 from voice_agent.latency.wer import wer
 
 SCRIPT = [
-    ("Hi, I'd like to book a teeth cleaning for next Tuesday, please.", 7.0),
+    # The pause leaves room for a slow first answer on a busy CPU (the first turn prefills the
+    # whole system prompt and tool schemas), so the caller does not talk over it.
+    ("Hi, I'd like to book a teeth cleaning for next Tuesday, please.", 14.0),
     ("Do you have anything in the morning?", 1.0),
 ]
 TURN_FIELDS = ("e2e_ms", "ttft_ms", "ttfat_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms", "prefill_ms",
@@ -169,3 +171,75 @@ def test_fast_mode_only_skips_idle_silence_away_from_speech():
     clock.start()
     clock.skip_to(5.0)
     assert 5.0 <= clock.now() < 5.1 and clock.skipped_s > 4.9
+
+
+def test_observer_builds_one_turn_from_a_slow_transcript_and_attributes_engine_metrics():
+    """Frames in the order Pipecat pushes them when the STT answers after the turn strategy gave
+    up waiting: the late transcript opens a "turn" with no new speech, which is the same caller
+    turn. The engine's metrics arrive when its call ends and belong to the turn it started in."""
+    import asyncio
+
+    from pipecat.frames.frames import (
+        BotStartedSpeakingFrame,
+        BotStoppedSpeakingFrame,
+        LLMContextFrame,
+        LLMTextFrame,
+        MetricsFrame,
+        OutputAudioRawFrame,
+        TranscriptionFrame,
+        TTSAudioRawFrame,
+        UserStartedSpeakingFrame,
+        UserStoppedSpeakingFrame,
+        VADUserStartedSpeakingFrame,
+        VADUserStoppedSpeakingFrame,
+    )
+    from pipecat.metrics.metrics import TTFBMetricsData
+    from pipecat.observers.base_observer import FramePushed
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.frame_processor import FrameDirection
+    from pipecat.services.llm_service import LLMService
+    from pipecat.transports.base_output import BaseOutputTransport
+
+    from voice_agent.latency.observer import TurnLatencyObserver
+    from voice_agent.services.llm import EngineMetricsFrame
+    from voice_agent.services.tts import HibariTTSService
+
+    # Only their types matter to the observer: which processor pushed a frame.
+    llm, tts, out, other = (LLMService.__new__(LLMService), HibariTTSService.__new__(HibariTTSService),
+                            BaseOutputTransport.__new__(BaseOutputTransport), object())
+    now = {"t": 0.0}
+    obs = TurnLatencyObserver(clock=lambda: now["t"])
+    events = [
+        (1.00, VADUserStartedSpeakingFrame(), other), (1.01, UserStartedSpeakingFrame(), other),
+        (3.00, VADUserStoppedSpeakingFrame(stop_secs=0.2), other), (8.00, UserStoppedSpeakingFrame(), other),
+        (8.20, TranscriptionFrame("hello there", "", "now"), other),
+        (8.21, UserStartedSpeakingFrame(), other), (8.22, UserStoppedSpeakingFrame(), other),
+        (8.23, LLMContextFrame(LLMContext()), other), (9.00, LLMTextFrame("Hi!"), llm),
+        (9.10, EngineMetricsFrame(metrics={"total_ms": 800.0, "ttft_ms": 100.0, "prefill_ms": 40.0}), llm),
+        (9.20, TTSAudioRawFrame(b"\1\0" * 160, 16000, 1), tts),
+        (9.20, MetricsFrame(data=[TTFBMetricsData(processor="tts", value=0.05)]), tts),
+        (9.21, BotStartedSpeakingFrame(), out), (9.22, OutputAudioRawFrame(b"\1\0" * 160, 16000, 1), out),
+        (11.0, BotStoppedSpeakingFrame(), out),
+        (12.0, VADUserStartedSpeakingFrame(), other), (12.01, UserStartedSpeakingFrame(), other),
+    ]
+
+    async def push_all():
+        for t, frame, src in events:
+            now["t"] = t
+            dest = llm if isinstance(frame, LLMContextFrame) else other
+            await obs.on_push_frame(FramePushed(source=src, destination=dest, frame=frame,
+                                                direction=FrameDirection.DOWNSTREAM, timestamp=0))
+            # A hop further on: not the frame's first push, so it adds nothing.
+            await obs.on_push_frame(FramePushed(source=other, destination=other, frame=frame,
+                                                direction=FrameDirection.DOWNSTREAM, timestamp=0,
+                                                first_push=False))
+
+    asyncio.run(push_all())
+    first, second = obs.turns
+    assert (first.user_text, first.vad_stopped, first.llm_request) == ("hello there", 3.0, 8.23)
+    assert first.first_answer_token == 9.0 and first.first_bot_audio == 9.22 and first.answered
+    assert first.tts_request == pytest.approx(9.15) and first.tts_ttfb_ms == pytest.approx(50.0)
+    assert first.engine == [{"total_ms": 800.0, "ttft_ms": 100.0, "prefill_ms": 40.0}]
+    assert first.first_token == pytest.approx(8.4)  # the engine call started at 9.1 - 0.8
+    assert second.index == 1 and second.user_started == 12.0 and not first.interrupted
+    assert first.llm_calls == 1

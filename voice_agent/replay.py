@@ -52,6 +52,8 @@ class ReplayOptions:
     embed_audio: bool = True
     progress: bool = True
     stt_model: str = "tiny.en"
+    smart_turn: bool = False
+    engine_threads: int | None = None
 
 
 def discover_inputs(inputs: list[Path]) -> list[Path]:
@@ -88,17 +90,23 @@ def _sidecar(path: Path) -> dict | None:
 
 # --- the pipeline ------------------------------------------------------------------------------
 
-def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observer: Any) -> Any:
-    """The live-call pipeline on our transport. Returns the PipelineTask to run."""
+def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observer: Any,
+                   db_path: Path) -> Any:
+    """The live-call pipeline on our transport, with a fresh clinic database per call (replays are
+    repeatable and never touch the real bookings). Returns the worker to run."""
+    from voice_agent.clinic_db import ClinicDB
     from voice_agent.pipeline import PipelineOptions, build_pipeline
 
-    options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model)
-    return build_pipeline(transport, scenario, options, engine=engine, observers=[observer])
+    options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model,
+                              smart_turn=opts.smart_turn)
+    built = build_pipeline(transport, scenario, options, engine=engine, observers=[observer],
+                           tool_backends=[ClinicDB(db_path)])
+    return built.task
 
 
 async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
-                    opts: ReplayOptions, turns_bar: Any) -> tuple[Any, Any]:
-    from pipecat.pipeline.runner import PipelineRunner
+                    opts: ReplayOptions, turns_bar: Any, db_path: Path) -> tuple[Any, Any]:
+    from pipecat.workers.runner import WorkerRunner
 
     from voice_agent.latency.observer import TurnLatencyObserver
     from voice_agent.replay_transport import ReplayTransport
@@ -112,9 +120,10 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     transport = ReplayTransport(samples, fast=opts.fast, segments=segments)
     observer = TurnLatencyObserver(clock=transport.clock.now, on_turn=on_turn)
     transport.set_idle_probe(observer.idle_for)
-    task = _make_pipeline(transport, scenario, opts, engine, observer)
-    runner = PipelineRunner(handle_sigint=False)
-    run = asyncio.create_task(runner.run(task))
+    task = _make_pipeline(transport, scenario, opts, engine, observer, db_path)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(task)
+    run = asyncio.create_task(runner.run())
 
     file_done = asyncio.create_task(transport.file_done.wait())
     await asyncio.wait({run, file_done}, return_when=asyncio.FIRST_COMPLETED)
@@ -145,6 +154,24 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
 
 
 # --- one call ----------------------------------------------------------------------------------
+
+def _leading_silence(turns: list[dict], capture: Any, threshold: int = 500, rate: int = 16000) -> None:
+    """How long each answer's first audio stays silent (TTS padding) before the caller hears a
+    voice: e2e_ms counts to the first audio sent, as defined; this says what the ear gets."""
+    import numpy as np
+
+    track = capture.bot_track(0, rate)
+    loud = np.abs(track.astype(np.int32)) > threshold
+    for t in turns:
+        start = t["timeline_s"].get("first_bot_audio")
+        t["bot_leading_silence_ms"] = None
+        if start is None:
+            continue
+        window = loud[int(start * rate): int((start + 2.0) * rate)]
+        hits = np.flatnonzero(window)
+        if hits.size:
+            t["bot_leading_silence_ms"] = round(hits[0] / rate * 1000, 1)
+
 
 def _transcript(entry: dict, caller_lines: list[dict]) -> dict:
     """Both sides in time order: what the caller said (STT), what the bot said, reasoning (never
@@ -195,9 +222,14 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
 
         turns_bar = tqdm(total=len(utterances(segments)), desc=f"  {path.name}", unit="turn", leave=False,
                          position=1, file=sys.stderr)
+    call_dir = out_dir / "calls" / slug
+    call_dir.mkdir(parents=True, exist_ok=True)
+    db_path = call_dir / "clinic.db"
+    db_path.unlink(missing_ok=True)
     t_wall = time.monotonic()
     try:
-        observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar)
+        observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar,
+                                              db_path)
     except Exception as e:  # one call failing must not stop the batch
         logger.exception(f"replay of {path} failed")
         entry["error"] = f"{path}: replay failed: {type(e).__name__}: {e}"
@@ -218,6 +250,7 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
         elif record["e2e_from"] == "recording":
             record["e2e_from"] = "unmatched"
         entry["turns"].append(record)
+    _leading_silence(entry["turns"], transport.capture)
     g = observer.greeting
     entry["greeting"] = {"bot_text": g.bot_text.strip(),
                          "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
@@ -228,8 +261,6 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
         errors, words = word_errors(" ".join(script), " ".join(t["user_text"] for t in entry["turns"]))
         entry["caller_wer"] = round(errors / max(1, words), 4)
 
-    call_dir = out_dir / "calls" / slug
-    call_dir.mkdir(parents=True, exist_ok=True)
     import numpy as np
 
     bot = transport.capture.bot_track(len(audio.samples))
@@ -251,7 +282,7 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     files = discover_inputs(inputs)
     scenario = load_scenario(opts.scenario)
     effort = opts.reasoning_effort or scenario.reasoning_effort
-    engine = Engine.load(opts.model)
+    engine = Engine.load(opts.model, threads=opts.engine_threads)
     calls: list[dict] = []
     taken: set[str] = set()
     calls_bar = None

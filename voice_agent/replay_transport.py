@@ -41,7 +41,8 @@ FRAME_SAMPLES = int(RATE * FRAME_S)
 
 
 class CallClock:
-    """Seconds since the call started, minus any silence fast mode skipped."""
+    """Seconds since the call started, plus any silence fast mode skipped (the call is ahead of the
+    wall clock by that much)."""
 
     def __init__(self) -> None:
         self._t0: float | None = None
@@ -57,7 +58,7 @@ class CallClock:
     def now(self) -> float:
         if self._t0 is None:
             return 0.0
-        return time.monotonic() - self._t0 - self.skipped_s
+        return time.monotonic() - self._t0 + self.skipped_s
 
     def skip_to(self, t: float) -> None:
         ahead = t - self.now()

@@ -20,7 +20,7 @@ DEFAULT_OUT = "replay_out"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="*", metavar="INPUT",
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", default=argparse.SUPPRESS,
                         help="WAV files or folders of WAV files (default: the shipped sample call)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for report.json, report.html and the calls")
     parser.add_argument("--scenario", default="dental_receptionist", help="scenario name in prompts/ or a YAML path")
@@ -28,12 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override the scenario's reasoning_effort")
     parser.add_argument("--model", default="default", help="engine model: 'default', 'smollm2-base' or a checkpoint folder")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--realtime", dest="fast", action="store_false",
-                      help="feed caller audio at wall-clock rate (the honest latency mode)")
-    mode.add_argument("--fast", dest="fast", action="store_true",
+    mode.add_argument("--realtime", dest="fast", action="store_false", default=argparse.SUPPRESS,
+                      help="feed caller audio at wall-clock rate: the honest latency mode, and the default")
+    mode.add_argument("--fast", dest="fast", action="store_true", default=argparse.SUPPRESS,
                       help="skip silence while the pipeline is idle; per-turn latencies are unchanged "
                            "(skips never overlap a measured interval)")
-    parser.set_defaults(fast=False)
     parser.add_argument("--caller-channel", default="left", choices=["left", "right", "0", "1"],
                         help="which channel of a stereo recording is the caller")
     parser.add_argument("--budget-ms", type=float, default=500.0, help="latency budget per turn")
@@ -42,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a failed check makes the exit status 1")
     parser.add_argument("--tail-s", type=float, default=20.0,
                         help="after the recording ends, wait at most this long for the bot to finish")
+    parser.add_argument("--smart-turn", action="store_true",
+                        help="end turns with Smart Turn v3 instead of VAD silence (the pipeline's option)")
+    parser.add_argument("--stt-model", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
+    parser.add_argument("--engine-threads", type=int, default=None,
+                        help="torch threads for the engine (default: torch's choice)")
     parser.add_argument("--link-audio", action="store_true",
                         help="link the call WAVs from report.html instead of embedding them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -51,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.replay import ReplayOptions, replay_main
 
     opts = ReplayOptions(
-        scenario=args.scenario, reasoning_effort=args.reasoning_effort, model=args.model, fast=args.fast,
+        scenario=args.scenario, reasoning_effort=args.reasoning_effort, model=args.model, fast=getattr(args, "fast", False),
         caller_channel=args.caller_channel, budget_ms=args.budget_ms,
         expect=Path(args.expect) if args.expect else None, tail_s=args.tail_s,
-        embed_audio=not args.link_audio, progress=not args.no_progress)
-    return replay_main([Path(p) for p in args.inputs], Path(args.out), opts)
+        embed_audio=not args.link_audio, progress=not args.no_progress, smart_turn=args.smart_turn,
+        stt_model=args.stt_model, engine_threads=args.engine_threads)
+    return replay_main([Path(p) for p in getattr(args, "inputs", [])], Path(args.out), opts)

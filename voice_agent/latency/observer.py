@@ -6,7 +6,7 @@ Moments recorded per user turn (seconds on the observer's clock):
 - `vad_stopped`        the last VADUserStoppedSpeakingFrame before the LLM request
 - `turn_stopped`       UserStoppedSpeakingFrame (the turn strategy decided the caller is done)
 - `transcript_final`   the last TranscriptionFrame before the LLM request
-- `llm_request`        the first LLMContextFrame after the turn stopped
+- `llm_request`        the first LLMContextFrame to reach the LLM service in the turn
 - `first_token`        llm_request + the engine's ttft_ms (reasoning is never pushed as frames)
 - `first_answer_token` the first LLMTextFrame from the LLM service (after reasoning and tools)
 - `first_speakable`    the first text handed towards TTS: the answer, or a filler spoken while
@@ -75,7 +75,10 @@ class TurnLatencyObserver(BaseObserver):
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
                  on_turn: Callable[[TurnTimeline], None] | None = None, **kwargs: Any) -> None:
-        super().__init__(observe_every_push=False, **kwargs)
+        # Every hop is observed only to see context frames arrive at the LLM (the assistant
+        # aggregator sends them upstream after tool results); everything else is taken at its
+        # first push, where it is made.
+        super().__init__(observe_every_push=True, **kwargs)
         self._clock = clock
         self._on_turn = on_turn
         self.turns: list[TurnTimeline] = []
@@ -86,6 +89,8 @@ class TurnLatencyObserver(BaseObserver):
         self._llm_inflight = 0
         self._last_activity = clock()
         self._reported: set[int] = set()
+        self._vad_start: float | None = None  # a VAD speech start not yet claimed by a turn
+        self._last_vad_stop: tuple[float, float | None] | None = None
 
     # -- state for the replay transport ----------------------------------------------------------
     @property
@@ -108,6 +113,12 @@ class TurnLatencyObserver(BaseObserver):
     # -- observer --------------------------------------------------------------------------------
     async def on_push_frame(self, data: FramePushed) -> None:
         frame = data.frame
+        if isinstance(frame, LLMContextFrame):
+            if isinstance(data.destination, LLMService):
+                self._llm_requested(self._clock())
+            return
+        if not data.first_push:
+            return
         # System frames are often broadcast both ways as sibling copies: count each event once.
         sibling = getattr(frame, "broadcast_sibling_id", None)
         if sibling is not None:
@@ -124,17 +135,26 @@ class TurnLatencyObserver(BaseObserver):
         src = data.source
         turn = self.current
         if isinstance(frame, VADUserStartedSpeakingFrame):
-            if self.turns and self._user_speaking:
-                turn.vad_started = turn.vad_started or now
+            self._vad_start = now
         elif isinstance(frame, UserStartedSpeakingFrame):
             self._user_speaking = True
+            voiced, self._vad_start = self._vad_start, None
+            if voiced is None and self.turns and turn.llm_request is None:
+                # A turn opened by a transcript with no new speech: the STT answered after the
+                # turn strategy gave up on it. Same caller words, same turn.
+                return
             if turn.llm_request is not None and not turn.answered:
                 turn.interrupted = True
             elif turn.first_bot_audio is not None and turn.bot_stopped is None:
                 turn.interrupted = True  # barge-in over the answer
             self._finish(turn)
-            self.turns.append(TurnTimeline(index=len(self.turns), user_started=now, vad_started=now))
+            new = TurnTimeline(index=len(self.turns), user_started=voiced or now, vad_started=voiced)
+            if voiced is None and self._last_vad_stop is not None:
+                # Opened by a late transcript: its speech ended before the last VAD stop.
+                new.vad_stopped, new.vad_stop_secs = self._last_vad_stop
+            self.turns.append(new)
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._last_vad_stop = (now, getattr(frame, "stop_secs", None))
             if self.turns and turn.llm_request is None:
                 turn.vad_stopped = now
                 turn.vad_stop_secs = getattr(frame, "stop_secs", None)
@@ -152,10 +172,6 @@ class TurnLatencyObserver(BaseObserver):
                     # delay this turn's answer.
                     turn.late_transcript = True
                 turn.user_text = f"{turn.user_text} {frame.text.strip()}".strip()
-        elif isinstance(frame, LLMContextFrame):
-            if turn.llm_request is None:
-                turn.llm_request = now
-            turn.llm_calls += 1
         elif isinstance(frame, LLMFullResponseStartFrame) and isinstance(src, LLMService):
             self._llm_inflight += 1
         elif isinstance(frame, LLMFullResponseEndFrame) and isinstance(src, LLMService):
@@ -174,12 +190,16 @@ class TurnLatencyObserver(BaseObserver):
                 turn.filler_text = f"{turn.filler_text} {frame.text}".strip()
         elif type(frame).__name__ == "EngineMetricsFrame":
             metrics = dict(getattr(frame, "metrics", {}) or {})
-            turn.engine.append(metrics)
-            if turn.first_token is None and turn.llm_request is not None and metrics.get("ttft_ms") is not None:
-                turn.first_token = turn.llm_request + float(metrics["ttft_ms"]) / 1000
+            # The frame comes when the engine call ends; it belongs to the turn it started in.
+            started = now - float(metrics.get("total_ms") or 0.0) / 1000
+            owner = next((t for t in reversed(self.turns) if t.llm_request is not None
+                          and t.llm_request <= started + 0.05), turn)
+            owner.engine.append(metrics)
+            if owner.first_token is None and owner.llm_request is not None and metrics.get("ttft_ms") is not None:
+                owner.first_token = max(started, owner.llm_request) + float(metrics["ttft_ms"]) / 1000
             reasoning = getattr(frame, "reasoning", None) or getattr(src, "last_reasoning", "")
             if reasoning:
-                turn.reasoning = f"{turn.reasoning}\n{reasoning}".strip()
+                owner.reasoning = f"{owner.reasoning}\n{reasoning}".strip()
         elif isinstance(frame, FunctionCallInProgressFrame):
             turn.tool_calls.append({"name": frame.function_name, "arguments": frame.arguments,
                                     "tool_call_id": frame.tool_call_id, "result": None,
@@ -213,6 +233,13 @@ class TurnLatencyObserver(BaseObserver):
             self._bot_speaking = False
             if turn.bot_started is not None:
                 turn.bot_stopped = now
+
+    def _llm_requested(self, now: float) -> None:
+        self._last_activity = now
+        turn = self.current
+        if turn.llm_request is None:
+            turn.llm_request = now
+        turn.llm_calls += 1
 
     def _maybe_report(self, turn: TurnTimeline) -> None:
         if turn.index >= 0 and self._on_turn and turn.index not in self._reported:
