@@ -30,6 +30,10 @@ def add_call_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smart-turn", action="store_true",
                         help="end turns with the Smart Turn v3 model (fewer cut-offs, more delay)")
     parser.add_argument("--vad-stop-secs", type=float, default=0.2, help="silence that ends a speech segment")
+    parser.add_argument("--vad-start-secs", type=float, default=0.2,
+                        help="speech that starts a segment (and a barge-in); lower is faster but twitchier")
+    parser.add_argument("--vad-min-volume", type=float, default=0.4,
+                        help="VAD loudness gate, 0..1; higher ignores more background noise but barges in later")
     parser.add_argument("--no-interruptions", action="store_true", help="disable barge-in")
     parser.add_argument("--no-greeting", action="store_true", help="do not speak the scenario's greeting")
     parser.add_argument("--db", default=None, help="clinic SQLite file (default ~/.cache/voice-agent/clinic.sqlite)")
@@ -40,7 +44,8 @@ def call_options(args: argparse.Namespace):
 
     return PipelineOptions(
         model=args.model, stt_model=args.stt_model, reasoning_effort=args.reasoning_effort,
-        smart_turn=args.smart_turn, vad_stop_secs=args.vad_stop_secs,
+        smart_turn=args.smart_turn, vad_stop_secs=args.vad_stop_secs, vad_start_secs=args.vad_start_secs,
+        vad_min_volume=args.vad_min_volume,
         allow_interruptions=not args.no_interruptions, greeting=not args.no_greeting, tts=args.tts,
         tts_voice_path=args.tts_voice, tts_model_dir=args.tts_model_dir, db_path=args.db)
 
