@@ -176,6 +176,8 @@ def _param_for(message: str) -> tuple[str | None, str | None]:
     for name in ("max_tokens", "temperature", "stop", "tool_choice", "reasoning_effort", "tools", "messages"):
         if low.startswith(name) or f"{name}[" in low or f"'{name}'" in low:
             return name, None
+    if "message" in low or "content" in low:
+        return "messages", None
     return None, None
 
 
