@@ -1,0 +1,168 @@
+"""Block-diffusion decoding: exactness of the cache, sessions, streaming, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import Engine, EngineInputError
+from engine.kv_cache import KVCache
+from engine.model import causal_mask
+from tests.tiny_models import save_tiny
+
+CALL = [
+    {"role": "system", "content": "You are a receptionist at a dental clinic."},
+    {"role": "user", "content": "Hi, I need a cleaning next week."},
+]
+TOOLS = [{"type": "function", "function": {"name": "find_free_slots", "description": "free times",
+          "parameters": {"type": "object", "properties": {"date": {"type": "string"}}, "required": ["date"]}}}]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "qwen2", "qwen2", seed=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_dllm(tiny_folder):
+    return Engine.load(tiny_folder, dtype=torch.float32, family="smollm2-dllm", block_size=4)
+
+
+def _generated(eng, messages, **kw):
+    req = eng.prepare(messages, **kw)
+    for _ in req.run_alone():
+        pass
+    return req
+
+
+def test_block_size_1_equals_ar(tiny_folder):
+    ar = Engine.load(tiny_folder, dtype=torch.float32, family="ar")
+    b1 = Engine.load(tiny_folder, dtype=torch.float32, family="smollm2-dllm", block_size=1)
+    a = _generated(ar, CALL, reasoning_effort="instant", max_tokens=20)
+    b = _generated(b1, CALL, reasoning_effort="instant", max_tokens=20)
+    assert a.state.generated == b.state.generated
+    assert len(a.state.generated) == 20
+
+
+def _reference_decode(eng, prompt: list[int], n_blocks: int, block: int) -> list[int]:
+    """No cache, one commit per step: re-run the whole sequence every step (token shift)."""
+    model, mask_id = eng.model, eng.mask_id
+    out: list[int] = []
+    for _ in range(n_blocks):
+        clean = prompt + out
+        blk = [mask_id] * block
+        while mask_id in blk:
+            seq = clean + blk
+            n, t = len(clean), len(seq)
+            m = torch.zeros(t, t, dtype=torch.bool)
+            m[:n, :n] = causal_mask(n)
+            m[n:, :] = True
+            with torch.no_grad():
+                logits = model(torch.tensor([seq]), torch.arange(t)[None], m[None, None])[0]
+            probs = torch.softmax(logits[n - 1 : n - 1 + block], -1)  # token shift
+            conf, tok = probs.max(-1)
+            open_pos = [j for j in range(block) if blk[j] == mask_id]
+            j = max(open_pos, key=lambda q: float(conf[q]))
+            blk[j] = int(tok[j])
+        out += blk
+    return out
+
+
+def test_one_commit_per_step_equals_sequential_greedy_reference(tiny_dllm):
+    req = _generated(tiny_dllm, CALL, reasoning_effort="high", max_tokens=12, threshold=1.01)
+    ref = _reference_decode(tiny_dllm, req.tokens, n_blocks=3, block=4)
+    got = req.state.generated
+    assert got == ref[: len(got)]
+    assert len(got) == 12 or got[-1] in tiny_dllm.eos_ids
+
+
+def test_parallel_commits_use_fewer_forwards_than_tokens(tiny_dllm):
+    r = tiny_dllm.chat(CALL, reasoning_effort="instant", max_tokens=16, threshold=0.0)
+    assert r.metrics["completion_tokens"] == 16
+    assert r.metrics["tokens_per_forward"] > 1.5
+
+
+def test_session_turns_equal_decoding_from_scratch(tiny_dllm):
+    sess = tiny_dllm.session()
+    history = list(CALL)
+    for turn, user in enumerate(["Thursday works.", "Morning please.", "Thanks, bye."]):
+        if turn:
+            history.append({"role": "user", "content": user})
+        cached = tiny_dllm.chat(history, reasoning_effort="instant", max_tokens=10, session=sess)
+        scratch = tiny_dllm.chat(history, reasoning_effort="instant", max_tokens=10)
+        assert cached.raw_text == scratch.raw_text
+        if turn:
+            assert cached.metrics["cached_tokens"] > 0
+            assert cached.metrics["prompt_tokens"] - cached.metrics["cached_tokens"] < scratch.metrics["prompt_tokens"]
+        history.append(cached.message())
+
+
+def test_session_on_real_weights_equals_scratch(base_engine):
+    sess = base_engine.session()
+    history = list(CALL)
+    r1 = base_engine.chat(history, reasoning_effort="instant", max_tokens=12, session=sess)
+    history += [r1.message(), {"role": "user", "content": "Is Thursday at ten free?"}]
+    r2 = base_engine.chat(history, reasoning_effort="instant", max_tokens=12, session=sess)
+    r2_scratch = base_engine.chat(history, reasoning_effort="instant", max_tokens=12)
+    assert r2.raw_text == r2_scratch.raw_text
+    assert r2.metrics["cached_tokens"] >= r1.metrics["prompt_tokens"]
+
+
+def test_stream_concatenates_to_the_result(tiny_dllm):
+    events = list(tiny_dllm.stream(CALL, reasoning_effort="low", max_tokens=24))
+    done = events[-1]
+    assert done.type == "done"
+    answer = "".join(e.text for e in events if e.type == "answer")
+    reasoning = "".join(e.text for e in events if e.type == "reasoning")
+    assert answer.strip() == done.result.text
+    assert reasoning.strip() == done.result.reasoning
+    assert len([e for e in events if e.type != "done"]) >= 2  # more than one committed block
+
+
+def test_thinking_budget_closes_reasoning_and_never_mixes_it_into_the_answer(base_engine):
+    r = base_engine.chat(CALL, reasoning_effort="low", max_tokens=120)
+    assert r.metrics["reasoning_tokens"] <= 64 + 8
+    assert "<think>" not in r.text and "</think>" not in r.text
+    assert r.reasoning and r.reasoning not in r.text
+
+
+def test_kv_cache_crop_and_fork():
+    c = KVCache(2, 1, 2, 4, capacity=4)
+    c.k[:, 0, :, :3] = 1.0
+    c.commit(3)
+    f = c.fork()
+    f.k[:, 0, :, :3] = 2.0
+    assert float(c.k[0, 0, 0, 0, 0]) == 1.0 and int(f.lengths[0]) == 3
+    c.ensure(10)
+    assert c.capacity >= 10 and float(c.k[0, 0, 0, 2, 0]) == 1.0
+    c.crop(1)
+    assert int(c.lengths[0]) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(messages=[]), "non-empty"),
+        (dict(messages=[{"role": "wizard", "content": "hi"}]), "role"),
+        (dict(messages=CALL, reasoning_effort="extreme"), "reasoning_effort"),
+        (dict(messages=CALL, tools=[{"type": "function", "function": {"name": "x", "parameters": {"type": 5}}}]), "schema"),
+        (dict(messages=CALL, tools=[{"type": "function", "function": {"name": "bad name!"}}]), "name"),
+        (dict(messages=CALL, max_tokens=0), "max_tokens"),
+        (dict(messages=[{"role": "user", "content": "word " * 5000}]), "context too long"),
+    ],
+)
+def test_bad_input_gives_a_clear_error(tiny_dllm, kwargs, match):
+    with pytest.raises(EngineInputError, match=match):
+        tiny_dllm.chat(**kwargs)
+
+
+def test_invalid_tool_arguments_become_errors_not_exceptions(tiny_dllm):
+    from engine.tools import parse_tool_calls, validate_tools
+
+    tools = validate_tools(TOOLS)
+    bad = parse_tool_calls('<tool_call>\n{"name": "find_free_slots", "arguments": {"day": 3}}\n</tool_call>', tools)
+    assert not bad.calls and "date" in bad.errors[0]
+    junk = parse_tool_calls("<tool_call>\n{not json</tool_call>", tools)
+    assert not junk.calls and "JSON" in junk.errors[0]
+    ok = parse_tool_calls('<tool_call>\n{"name": "find_free_slots", "arguments": {"date": "2026-12-01"}}\n</tool_call>', tools)
+    assert ok.calls[0]["function"]["name"] == "find_free_slots"
