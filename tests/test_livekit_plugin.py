@@ -26,9 +26,8 @@ TODAY = dt.date(2026, 12, 1)  # a Tuesday; the seeded diary starts here
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    # threads=1: on a small shared CPU, two torch threads fighting other processes are ~10x slower
-    return Engine.load("smollm2-base", threads=1)
+def engine(base_engine: Engine) -> Engine:
+    return base_engine  # conftest: "smollm2-base", one torch thread, loaded once per test session
 
 
 def collect_metrics(lm: EngineLLM) -> tuple[list[LLMMetrics], list[EngineTurnMetrics]]:

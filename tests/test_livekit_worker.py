@@ -59,10 +59,10 @@ def test_a_server_that_is_not_livekit_ends_with_a_clear_error(tmp_path) -> None:
 
 
 @pytest.fixture(scope="module")
-def calls(tmp_path_factory) -> CallFactory:
-    cfg = WorkerConfig(url="", api_key="", api_secret="", model="smollm2-base", threads=1,
-                       reasoning_effort="instant", db_path=str(tmp_path_factory.mktemp("db") / "clinic.sqlite"))
-    factory = CallFactory(cfg)
+def calls(tmp_path_factory, base_engine) -> CallFactory:
+    cfg = WorkerConfig(url="", api_key="", api_secret="", model="smollm2-base", reasoning_effort="instant",
+                       db_path=str(tmp_path_factory.mktemp("db") / "clinic.sqlite"))
+    factory = CallFactory(cfg, engine=base_engine)  # conftest's engine: loaded once per test session
     factory.load()
     return factory
 

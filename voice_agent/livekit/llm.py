@@ -24,9 +24,10 @@ tokens, tokens per forward) arrive as `EngineTurnMetrics` in `llm.on("engine_met
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -170,16 +171,17 @@ class EngineLLMStream(llm.LLMStream):
         """One engine turn; answer text goes out as chunks as soon as each block commits."""
         while True:
             try:
-                async for ev in _events_in_thread(self._engine_llm, messages, kwargs):
-                    if ev.type == "answer" and ev.text:
-                        self._event_ch.send_nowait(llm.ChatChunk(
-                            id=request_id, delta=llm.ChoiceDelta(role="assistant", content=ev.text)))
-                    elif ev.type == "reasoning":
-                        logger.debug("reasoning [%s]: %s", request_id, ev.text)
-                    elif ev.type == "done" and ev.result is not None:
-                        if ev.result.reasoning:
-                            logger.info("reasoning [%s] (not spoken): %s", request_id, ev.result.reasoning)
-                        return ev.result
+                async with contextlib.aclosing(_events_in_thread(self._engine_llm, messages, kwargs)) as events:
+                    async for ev in events:
+                        if ev.type == "answer" and ev.text:
+                            self._event_ch.send_nowait(llm.ChatChunk(
+                                id=request_id, delta=llm.ChoiceDelta(role="assistant", content=ev.text)))
+                        elif ev.type == "reasoning":
+                            logger.debug("reasoning [%s]: %s", request_id, ev.text)
+                        elif ev.type == "done" and ev.result is not None:
+                            if ev.result.reasoning:
+                                logger.info("reasoning [%s] (not spoken): %s", request_id, ev.result.reasoning)
+                            return ev.result
                 raise RuntimeError("the engine stream ended without a result")
             except EngineInputError as e:
                 shorter = _drop_oldest_turn(messages) if "context too long" in str(e) else None
@@ -191,7 +193,7 @@ class EngineLLMStream(llm.LLMStream):
                 messages = shorter
 
 
-async def _events_in_thread(llm_: EngineLLM, messages: list[dict], kwargs: dict):
+async def _events_in_thread(llm_: EngineLLM, messages: list[dict], kwargs: dict) -> AsyncIterator[StreamEvent]:
     """Iterate the blocking `engine.stream` in its own thread and hand its events to asyncio.
 
     When the consumer stops early (barge-in, a cancelled preemptive generation), the thread stops

@@ -29,7 +29,7 @@ from typing import Any
 from livekit.agents import AgentServer, AgentSession, JobContext, JobExecutorType, inference
 from livekit.plugins import silero
 
-from engine import EFFORTS
+from engine import EFFORTS, Engine
 from voice_agent.clinic_db import ClinicDB
 from voice_agent.livekit.agent import ScenarioAgent
 from voice_agent.livekit.connect import LiveKitUnreachable, check_reachable, require
@@ -68,10 +68,11 @@ class WorkerConfig:
 class CallFactory:
     """Builds one AgentSession + agent per room from components loaded once per process."""
 
-    def __init__(self, cfg: WorkerConfig) -> None:
+    def __init__(self, cfg: WorkerConfig, engine: Engine | None = None) -> None:
         self.cfg = cfg
         self.scenario: Scenario = load_scenario(cfg.scenario)
         self.effort = cfg.reasoning_effort or self.scenario.reasoning_effort
+        self._engine = engine  # None: load cfg.model (once per process)
         self._loaded = False
 
     def load(self) -> None:
@@ -79,7 +80,7 @@ class CallFactory:
         if self._loaded:
             return
         load_kwargs: dict[str, Any] = {"threads": self.cfg.threads} if self.cfg.threads else {}
-        self.engine = shared_engine(self.cfg.model, **load_kwargs)
+        self.engine = self._engine or shared_engine(self.cfg.model, **load_kwargs)
         self.vad = silero.VAD.load()
         self.db = ClinicDB(self.cfg.db_path)
         self.handlers = self.scenario.bind_handlers(self.db)
