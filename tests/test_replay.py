@@ -220,6 +220,10 @@ def test_observer_builds_one_turn_from_a_slow_transcript_and_attributes_engine_m
         (9.20, MetricsFrame(data=[TTFBMetricsData(processor="tts", value=0.05)]), tts),
         (9.21, BotStartedSpeakingFrame(), out), (9.22, OutputAudioRawFrame(b"\1\0" * 160, 16000, 1), out),
         (11.0, BotStoppedSpeakingFrame(), out),
+        # The rest of what the caller said, transcribed after the answer: Pipecat opens a turn for it.
+        (11.5, TranscriptionFrame("and my name is Jo", "", "now"), other),
+        (11.6, UserStartedSpeakingFrame(), other), (11.61, UserStoppedSpeakingFrame(), other),
+        (11.62, LLMContextFrame(LLMContext()), other),
         (12.0, VADUserStartedSpeakingFrame(), other), (12.01, UserStartedSpeakingFrame(), other),
     ]
 
@@ -235,11 +239,14 @@ def test_observer_builds_one_turn_from_a_slow_transcript_and_attributes_engine_m
                                                 first_push=False))
 
     asyncio.run(push_all())
-    first, second = obs.turns
+    first, late, second = obs.turns
     assert (first.user_text, first.vad_stopped, first.llm_request) == ("hello there", 3.0, 8.23)
     assert first.first_answer_token == 9.0 and first.first_bot_audio == 9.22 and first.answered
     assert first.tts_request == pytest.approx(9.15) and first.tts_ttfb_ms == pytest.approx(50.0)
     assert first.engine == [{"total_ms": 800.0, "ttft_ms": 100.0, "prefill_ms": 40.0}]
     assert first.first_token == pytest.approx(8.4)  # the engine call started at 9.1 - 0.8
-    assert second.index == 1 and second.user_started == 12.0 and not first.interrupted
-    assert first.llm_calls == 1
+    assert second.index == 2 and second.user_started == 12.0 and not first.interrupted
+    assert first.llm_calls == 1 and not first.late_transcript
+    assert (late.user_text, late.transcript_final, late.llm_request) == ("and my name is Jo", 11.5, 11.62)
+    assert late.vad_stopped == 3.0 and late.vad_started is None  # no new speech: the last VAD stop
+    assert late.interrupted  # the caller spoke again before it was answered

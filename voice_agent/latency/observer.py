@@ -91,6 +91,7 @@ class TurnLatencyObserver(BaseObserver):
         self._reported: set[int] = set()
         self._vad_start: float | None = None  # a VAD speech start not yet claimed by a turn
         self._last_vad_stop: tuple[float, float | None] | None = None
+        self._late_text: tuple[str, float] | None = None  # (text, arrival) after the LLM request
 
     # -- state for the replay transport ----------------------------------------------------------
     @property
@@ -147,11 +148,18 @@ class TurnLatencyObserver(BaseObserver):
                 turn.interrupted = True
             elif turn.first_bot_audio is not None and turn.bot_stopped is None:
                 turn.interrupted = True  # barge-in over the answer
+            late = self._late_text if voiced is None else None
+            if late is not None:
+                self._late_text = None  # these words open the new turn
+            self._flush_late_text()
             self._finish(turn)
             new = TurnTimeline(index=len(self.turns), user_started=voiced or now, vad_started=voiced)
             if voiced is None and self._last_vad_stop is not None:
-                # Opened by a late transcript: its speech ended before the last VAD stop.
+                # Opened by a late transcript: its speech ended before the last VAD stop, and the
+                # pipeline answers those words in this new turn.
                 new.vad_stopped, new.vad_stop_secs = self._last_vad_stop
+            if late is not None:
+                new.user_text, new.transcript_final = late
             self.turns.append(new)
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._last_vad_stop = (now, getattr(frame, "stop_secs", None))
@@ -163,15 +171,19 @@ class TurnLatencyObserver(BaseObserver):
             if self.turns and turn.turn_stopped is None:
                 turn.turn_stopped = now
         elif isinstance(frame, TranscriptionFrame):
-            if self.turns:
-                if turn.llm_request is None:
-                    turn.transcript_final = now
-                else:
-                    # Words that arrived after the LLM was asked (a slow STT, or the caller going on
-                    # after a pause): kept with the turn they were spoken in, but they did not
-                    # delay this turn's answer.
-                    turn.late_transcript = True
-                turn.user_text = f"{turn.user_text} {frame.text.strip()}".strip()
+            text = frame.text.strip()
+            if not self.turns or not text:
+                return
+            if turn.llm_request is None:
+                turn.transcript_final = now
+                turn.user_text = f"{turn.user_text} {text}".strip()
+            else:
+                # Words that arrived after this turn's LLM request (a slow STT, or the caller going
+                # on after a pause). If they open a turn of their own (Pipecat's transcription
+                # turn start), they belong to it; otherwise they stay with the turn they were
+                # spoken in, marked late: they did not delay its answer.
+                prev = self._late_text
+                self._late_text = (f"{prev[0]} {text}" if prev else text, now)
         elif isinstance(frame, LLMFullResponseStartFrame) and isinstance(src, LLMService):
             self._llm_inflight += 1
         elif isinstance(frame, LLMFullResponseEndFrame) and isinstance(src, LLMService):
@@ -234,8 +246,16 @@ class TurnLatencyObserver(BaseObserver):
             if turn.bot_started is not None:
                 turn.bot_stopped = now
 
+    def _flush_late_text(self) -> None:
+        if self._late_text is not None and self.turns:
+            turn = self.current
+            turn.user_text = f"{turn.user_text} {self._late_text[0]}".strip()
+            turn.late_transcript = True
+        self._late_text = None
+
     def _llm_requested(self, now: float) -> None:
         self._last_activity = now
+        self._flush_late_text()
         turn = self.current
         if turn.llm_request is None:
             turn.llm_request = now
@@ -252,6 +272,7 @@ class TurnLatencyObserver(BaseObserver):
 
     def finish(self) -> list[TurnTimeline]:
         """Call at the end of the call: reports the last turn and returns every turn."""
+        self._flush_late_text()
         if self.turns:
             self._finish(self.turns[-1])
         return self.turns
