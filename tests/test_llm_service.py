@@ -189,3 +189,48 @@ async def test_fast_tool_needs_no_filler_and_a_raising_tool_becomes_an_error_dic
 def test_bad_reasoning_effort_is_refused_at_construction(base_engine):
     with pytest.raises(ValueError, match="reasoning_effort must be one of"):
         EngineLLMService(base_engine, reasoning_effort="extreme")
+
+
+async def test_forced_tool_choice_applies_to_the_user_turn_only(base_engine):
+    """A forced tool_choice answers the caller's request; once its result is in, the model may
+    speak (no endless forced calls), and after max_tool_rounds it must."""
+    llm = make_llm(base_engine, max_tool_rounds=2)
+    forced = {"type": "function", "function": {"name": "lookup_patient"}}
+    user = {"role": "user", "content": "When is my appointment? I'm John Smith."}
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "lookup_patient", "arguments": '{"patient_name": "John Smith"}'}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": '{"next_appointment": null}'}
+
+    def ctx(*msgs: dict) -> LLMContext:
+        return LLMContext(list(msgs), tools=tools_schema(SCENARIO.tools), tool_choice=forced)
+
+    messages, tools, choice = await llm._request(ctx(user))
+    assert choice == forced and len(tools) == 5
+    assert messages[0] == {"role": "system", "content": SCENARIO.system_prompt_for(TODAY)}
+    assert messages[1] == user
+    messages, _, choice = await llm._request(ctx(user, call, result))
+    assert choice == "auto"
+    assert messages[2]["tool_calls"][0]["function"]["name"] == "lookup_patient" and messages[3] == result
+    _, _, choice = await llm._request(ctx(user, call, result, call, result))
+    assert choice == "none"
+
+
+def test_pipecat_messages_become_engine_messages():
+    from voice_agent.services.llm import to_engine_messages
+
+    out = to_engine_messages([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "image_url", "image_url": {}},
+                                     {"type": "text", "text": "there"}]},
+        {"role": "assistant", "content": ""},  # an empty turn (e.g. interrupted before any word) is dropped
+        {"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": "f", "arguments": {"a": 1}}}]},
+        {"role": "tool", "tool_call_id": "x", "content": {"ok": True}},
+        "not a message",
+    ])
+    assert out == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi there"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
+        {"role": "tool", "content": '{"ok": true}', "tool_call_id": "x"},
+    ]

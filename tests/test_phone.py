@@ -82,11 +82,11 @@ class Phone:
     async def send_json(self, msg: object) -> None:
         await self.ws.send(json.dumps(msg))
 
-    async def start_call(self) -> None:
+    async def start_call(self, **custom: str) -> None:
         await self.send_json({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         await self.send_json({"event": "start", "sequenceNumber": "1", "streamSid": self.stream_sid, "start": {
             "streamSid": self.stream_sid, "accountSid": "AC" + "0" * 32, "callSid": "CA" + uuid.uuid4().hex,
-            "tracks": ["inbound"], "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
+            "tracks": ["inbound"], "customParameters": custom, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
         self._tasks += [asyncio.create_task(self._send_loop()), asyncio.create_task(self._recv_loop())]
 
     def say(self, ulaw: bytes) -> None:
@@ -174,7 +174,7 @@ def free_port() -> int:
 def phone_server(base_engine, tmp_path_factory):
     db = str(tmp_path_factory.mktemp("clinic") / "clinic.sqlite")
     ClinicDB(db)
-    options = PipelineOptions(reasoning_effort="instant", max_tokens=32, db_path=db)
+    options = PipelineOptions(reasoning_effort="instant", max_tokens=20, db_path=db)
     clocks: list[FrameClock] = []
     server = PhoneServer(engine=base_engine, scenario=load_scenario("dental_receptionist"), options=options,
                          observers_factory=lambda: [clocks.append(FrameClock()) or clocks[-1]])
@@ -278,10 +278,12 @@ async def test_a_caller_vanishing_mid_turn_does_not_hurt_the_next_call(phone_ser
         while not phone.speech_sent and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.6)  # the turn is now being transcribed / answered
-    # The socket is gone without a "stop". A new call must work as usual.
+    # The socket is gone without a "stop". A new call must work as usual (this one asks for its
+    # own reasoning_effort through a Twilio <Parameter>).
     async with Phone(url) as phone:
-        await phone.start_call()
+        await phone.start_call(reasoning_effort="high")
         await phone.wait_for_audio(0, 2.0, timeout=30)
+        assert server.last_call.llm.reasoning_effort == "high"
         greeting = transcribe(phone.audio_between(0), 8000)
         assert greeting.strip(), "second call got no speech"
     async with httpx.AsyncClient() as client:
@@ -305,3 +307,39 @@ async def test_a_socket_that_never_starts_is_closed_and_counted(phone_server):
                 break
             await asyncio.sleep(0.1)
     assert health["active_calls"] == 0 and health["calls_failed"] == 0
+
+
+def test_the_voice_agent_phone_command_serves_a_call(tmp_path, caller_utterance):
+    """The real entry point, as a user starts it: `voice-agent phone` in its own process."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = shutil.which("voice-agent") or str(Path(sys.executable).parent / "voice-agent")
+    port = free_port()
+    proc = subprocess.Popen([exe, "phone", "--port", str(port), "--model", "smollm2-base",
+                             "--db", str(tmp_path / "clinic.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        health = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        assert health and health["status"] == "ok" and health["provider"] == "twilio", proc.poll()
+
+        async def call() -> int:
+            async with Phone(f"ws://127.0.0.1:{port}/ws") as phone:
+                await phone.start_call()
+                await phone.wait_for_audio(0, 1.0, timeout=60)
+                return len(phone.received)
+
+        assert asyncio.run(call()) >= 50
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert "ws://127.0.0.1:" in out and "Traceback" not in out, out[-3000:]

@@ -19,7 +19,7 @@ import base64
 import binascii
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
@@ -34,6 +34,7 @@ from voice_agent.pipeline import PipelineOptions, build_pipeline, phone_options
 from voice_agent.scenarios import Scenario
 
 PROVIDERS = ("twilio", "telnyx")
+REASONING_EFFORTS = ("instant", "low", "medium", "high")
 HANDSHAKE_TIMEOUT_S = 10.0
 MAX_HANDSHAKE_MESSAGES = 50
 
@@ -85,6 +86,7 @@ class CallStart:
     call_id: str | None = None
     encoding: str = "PCMU"
     raw: dict = field(default_factory=dict)
+    custom: dict = field(default_factory=dict)  # Twilio <Parameter>s: customParameters
 
 
 async def read_start(websocket: WebSocket, provider: str, timeout: float = HANDSHAKE_TIMEOUT_S) -> CallStart | None:
@@ -116,7 +118,8 @@ async def read_start(websocket: WebSocket, provider: str, timeout: float = HANDS
             return CallStart(provider, str(stream_id or "telnyx-stream"), start.get("call_control_id"),
                              str(fmt.get("encoding") or "PCMU").upper(), msg)
         stream_id = start.get("streamSid") or msg.get("streamSid")
-        return CallStart(provider, str(stream_id or "twilio-stream"), start.get("callSid"), "PCMU", msg)
+        custom = start.get("customParameters") if isinstance(start.get("customParameters"), dict) else {}
+        return CallStart(provider, str(stream_id or "twilio-stream"), start.get("callSid"), "PCMU", msg, custom)
     return None
 
 
@@ -177,6 +180,18 @@ def create_app(server: PhoneServer) -> FastAPI:
     return app
 
 
+def call_options(options: PipelineOptions, start: CallStart) -> PipelineOptions:
+    """This call's options: 8 kHz output, and a per-call reasoning_effort when the stream carries
+    one (Twilio: <Parameter name="reasoning_effort" value="high"/>)."""
+    options = phone_options(options)
+    effort = start.custom.get("reasoning_effort")
+    if effort in REASONING_EFFORTS:
+        options = replace(options, reasoning_effort=effort)
+    elif effort is not None:
+        logger.warning(f"phone: ignored reasoning_effort {effort!r} (use one of {', '.join(REASONING_EFFORTS)})")
+    return options
+
+
 async def run_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
     start = await read_start(websocket, server.provider)
     if start is None:
@@ -188,7 +203,7 @@ async def run_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
         audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False, serializer=serializer,
         audio_in_sample_rate=server.options.audio_in_sample_rate, audio_out_sample_rate=8000))
     observers = server.observers_factory() if server.observers_factory else []
-    call = build_pipeline(transport, server.scenario, phone_options(server.options), engine=server.engine,
+    call = build_pipeline(transport, server.scenario, call_options(server.options, start), engine=server.engine,
                           observers=observers)
     server.last_call = call
 
