@@ -337,9 +337,14 @@ def _call_html(ci: int, call: dict, out_dir: Path, embed_audio: bool) -> str:
         rows.append(f'<tr><td>greeting</td><td></td><td>{_esc(greeting["bot_text"])}</td><td colspan="4"></td></tr>')
     for t in call.get("turns", []):
         ok = t.get("within_budget")
-        flag = "" if t.get("e2e_ms") is None else (
-            f'<span class="{"pass" if ok else "fail"}">{"yes" if ok else "no"}</span>')
-        said = _esc(t.get("bot_text")) or '<span class="muted">(no answer)</span>'
+        if t.get("e2e_ms") is not None:
+            flag = f'<span class="{"pass" if ok else "fail"}">{"yes" if ok else "no"}</span>'
+        else:  # a turn the LLM was asked about but whose answer never played is a miss
+            flag = '<span class="fail">no answer</span>' if t.get("llm_calls") else ""
+        why = "caller spoke again first" if t.get("interrupted") else "nothing played"
+        said = _esc(t.get("bot_text")) or f'<span class="muted">(no answer: {why})</span>'
+        if t.get("bot_text") and not t.get("answered"):
+            said += f' <span class="muted">(never played: {why})</span>'
         if t.get("filler_text"):
             said = f'<span class="muted">[{_esc(t["filler_text"])}]</span> ' + said
         extra = ""
