@@ -62,7 +62,8 @@ def discover_inputs(inputs: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in inputs or [SAMPLE_CALL]:
         if p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() == ".wav")
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() == ".wav")
+            out += found or [p]  # an empty folder is reported as a failed input
         else:
             out.append(p)
     return out
@@ -202,6 +203,9 @@ def _transcript(entry: dict, caller_lines: list[dict]) -> dict:
 async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOptions, out_dir: Path,
                       slug: str, calls_bar: Any = None) -> dict:
     entry: dict[str, Any] = {"file": str(path), "error": None, "turns": []}
+    if path.is_dir():
+        entry["error"] = f"{path}: folder has no .wav files"
+        return entry
     try:
         audio = read_caller_audio(path, opts.caller_channel)
     except AudioFormatError as e:
