@@ -65,26 +65,38 @@ def compare(old: dict, new: dict, th: Thresholds = Thresholds()) -> list[Change]
     return changes
 
 
-def _fmt(v: float | None, rate: bool) -> str:
+COUNTS = ("turns", "answered_turns", "calls_failed")
+
+
+def _fmt(v: float | None, metric: str) -> str:
     if v is None:
         return "-"
-    return f"{v:.1%}" if rate else f"{v:.1f}"
+    if metric in RATES:
+        return f"{v:.1%}"
+    return f"{v:.0f}" if metric in COUNTS else f"{v:.1f}"
 
 
 def format_changes(changes: list[Change], old_name: str, new_name: str) -> str:
-    lines = [f"{'metric':<34}{'old':>10}{'new':>10}{'change':>12}  ({old_name} -> {new_name})"]
+    lines = [f"{'metric':<32} {'old':>10} {'new':>10} {'change':>17}   ({old_name} -> {new_name})"]
     for c in changes:
-        rate = c.metric in RATES
         if c.delta is None:
             delta = "-"
-        elif rate:
+        elif c.metric in RATES:
             delta = f"{c.delta * 100:+.1f} pt"
+        elif c.metric in COUNTS:
+            delta = f"{c.delta:+.0f}"
         else:
-            pct = f" {c.delta / c.old * 100:+.0f}%" if c.old else ""
+            pct = f" ({c.delta / c.old * 100:+.0f}%)" if c.old else ""
             delta = f"{c.delta:+.1f}{pct}"
         mark = "  REGRESSION" if c.regression else ""
-        lines.append(f"{c.metric:<34}{_fmt(c.old, rate):>10}{_fmt(c.new, rate):>10}{delta:>12}{mark}")
+        lines.append(f"{c.metric:<32} {_fmt(c.old, c.metric):>10} {_fmt(c.new, c.metric):>10} {delta:>17}{mark}")
     return "\n".join(lines)
+
+
+def _name(path: Path) -> str:
+    """report.json files usually differ by folder: show that."""
+    path = Path(path)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
 def run_diff(old_path: Path, new_path: Path, th: Thresholds = Thresholds()) -> int:
@@ -94,7 +106,7 @@ def run_diff(old_path: Path, new_path: Path, th: Thresholds = Thresholds()) -> i
         print(f"error: {e}")
         return 2
     changes = compare(old, new, th)
-    print(format_changes(changes, Path(old_path).name, Path(new_path).name))
+    print(format_changes(changes, _name(old_path), _name(new_path)))
     bad = [c for c in changes if c.regression]
     if bad:
         print(f"\nFAIL: {len(bad)} regression(s) past the thresholds (p95 +{th.p95_ms:g} ms and "
