@@ -60,8 +60,8 @@ from voice_agent.latency.timeline import TurnTimeline
 # Frames that say nothing about the conversation moving on; everything else counts as activity
 # when deciding whether the pipeline is idle.
 _PASSIVE = (InputAudioRawFrame, MetricsFrame)
-# A turn that ended is "waiting for its answer" at most this long; after that the bot is taken to
-# have nothing to say (e.g. an empty transcript the aggregator dropped).
+# A turn that ended but never reached the LLM counts as in flight at most this long: the
+# aggregator drops turns whose transcript came back empty.
 ANSWER_WAIT_S = 10.0
 
 
@@ -106,9 +106,12 @@ class TurnLatencyObserver(BaseObserver):
             return 0.0
         now = self._clock()
         turn = self.current
-        stopped = turn.turn_stopped or turn.vad_stopped
-        if turn.index >= 0 and stopped is not None and not turn.answered and now - stopped < ANSWER_WAIT_S:
-            return 0.0
+        if turn.index >= 0 and not turn.answered:
+            if turn.llm_request is not None:
+                return 0.0  # asked and not yet answered: the service always says something
+            stopped = turn.turn_stopped or turn.vad_stopped
+            if stopped is not None and now - stopped < ANSWER_WAIT_S:
+                return 0.0  # STT / turn detection at work
         return max(0.0, now - self._last_activity)
 
     # -- observer --------------------------------------------------------------------------------
