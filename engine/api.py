@@ -330,12 +330,29 @@ class Request:
     def run_alone(self) -> Iterator[StreamEvent]:
         eng = self.engine
         cache = self.session.cache if self.session is not None else eng.new_cache()
-        self.prefill(cache)
-        while not self.state.done:
-            eng.decoder.step(cache, [self.state])
+        finished = False
+        try:
+            self.prefill(cache)
+            while not self.state.done:
+                eng.decoder.step(cache, [self.state])
+                yield from self.absorb()
             yield from self.absorb()
-        yield from self.absorb()
-        yield StreamEvent("done", "", self._ms(), self.finish(cache))
+            result = self.finish(cache)
+            finished = True
+            yield StreamEvent("done", "", self._ms(), result)
+        finally:
+            if not finished:
+                self.abandon(cache)
+
+    def abandon(self, row_cache: KVCache) -> None:
+        """A turn stopped early (barge-in, disconnect, error): record what the cache really holds,
+        so the call's next turn reuses the prompt and re-prefills only what differs."""
+        if self.session is None:
+            return
+        generated = self.state.generated if self.state is not None else []
+        n = int(row_cache.lengths[0])
+        self.session.tokens = (self.tokens + generated)[:n]
+        self.session.history = list(self.messages)
 
     def finish(self, row_cache: KVCache) -> ChatResult:
         """Build the result and record the turn in the session (the cache already holds it)."""
