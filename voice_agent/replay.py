@@ -147,7 +147,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
             await asyncio.wait_for(asyncio.shield(run), timeout=HANGUP_TIMEOUT_S)
         except TimeoutError:
             logger.warning(f"{path}: pipeline did not end within {HANGUP_TIMEOUT_S:.0f}s of hang-up; cancelling")
-            await task.cancel()
+            await asyncio.wait_for(task.cancel(), timeout=HANGUP_TIMEOUT_S)
             await asyncio.wait_for(run, timeout=HANGUP_TIMEOUT_S)
     run.result()
     observer.finish()
