@@ -261,21 +261,35 @@ class Scheduler:
 
     # -- the loop --------------------------------------------------------------------------------
     def _run(self) -> None:
-        while True:
-            with self._cv:
-                if self._stop:
-                    break
-                self._expire_queued()
-                if not self.active and not self._admissible():
-                    self._cv.wait(timeout=self._next_deadline())
-                    continue
+        # Everything that touches the batch cache runs here, in inference mode: tensors that a
+        # forward allocates (a cache that grows) are inference tensors, and only inference mode
+        # may update them in place (row moves, loads, extracts).
+        with torch.inference_mode():
+            while True:
+                with self._cv:
+                    if self._stop:
+                        break
+                    self._expire_queued()
+                    if not self.active and not self._admissible():
+                        self._cv.wait(timeout=self._next_deadline())
+                        continue
+                try:
+                    self._iteration()
+                except Exception as e:  # a bug in the loop itself: fail what is in flight, keep serving
+                    self._fail_all(e)
+            self._shutdown()
+
+    def _fail_all(self, e: BaseException) -> None:
+        """Last resort: fail every active request without touching the cache, and start clean."""
+        for t in self.active:
             try:
-                self._iteration()
-            except Exception as e:  # a bug in the loop itself: fail what is in flight, keep serving
-                for t in list(self.active):
-                    self._fail(t, e)
-                self._reset_rows()
-        self._shutdown()
+                self._release_session(t)
+            except Exception:  # a lock we no longer hold: nothing else to undo
+                pass
+            self.stats.failed += 1
+            t._put(Item("error", error=e))
+        self._busy_sessions.clear()
+        self._reset_rows()
 
     def _iteration(self) -> None:
         self._drop_cancelled()
@@ -527,7 +541,7 @@ class Scheduler:
             if t.req.state.done:
                 self._finish(t)
         except Exception as e:
-            self._remove(t, e)
+            self._fail(t, e)
 
     def _finish(self, t: Ticket) -> None:
         req = t.req

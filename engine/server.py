@@ -313,7 +313,8 @@ def create_app(engine: Engine, cfg: ServerConfig | None = None, scheduler: Sched
         p = parse_chat_body(raw, cfg, request.headers.get("x-session-id"))
         session = sessions.get(p.session_key) if p.session_key else None
         try:
-            req = engine.prepare(p.messages, session=session, **p.kwargs)
+            # tokenising and schema checks take tens of ms: keep them off the event loop
+            req = await asyncio.to_thread(engine.prepare, p.messages, session=session, **p.kwargs)
         except EngineInputError as e:
             param, code = _param_for(str(e))
             raise _bad(str(e), param, code) from None

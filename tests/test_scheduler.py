@@ -176,3 +176,26 @@ def test_stop_fails_what_is_left_and_threads_end(eng):
     with pytest.raises(Exception, match="shutting down"):
         t.result_sync(timeout=10)
     assert not thread.is_alive()
+
+
+def test_growing_cache_and_row_moves(eng):
+    """Prompts longer than the cache's first capacity make it grow inside the forward; requests
+    of different lengths then finish out of order, so rows move down. Outputs still match."""
+    long_system = SYSTEM + " " + " ".join(f"Rule {i}: be kind to caller number {i}." for i in range(60))
+    reqs = lambda: [eng.prepare([{"role": "system", "content": long_system}, {"role": "user", "content": u}],  # noqa: E731
+                                reasoning_effort="instant", max_tokens=m)
+                    for u, m in [("Hi", 40), ("Book me in", 8), ("Cancel", 24), ("Hello", 16)]]
+    ref = []
+    for r in reqs():
+        ref.append(list(r.run_alone())[-1].result.raw_text)
+    assert len(reqs()[0].tokens) > 600
+    sess = eng.session()
+    with Scheduler(eng, max_batch=4) as sch:
+        tickets = [sch.submit(r) for r in reqs()]
+        assert [t.result_sync(timeout=120).raw_text for t in tickets] == ref
+        # a session turn after the batch cache grew: its row is extracted into the call's cache
+        r = sch.submit(eng.prepare([{"role": "system", "content": long_system}, {"role": "user", "content": "Hi"}],
+                                   session=sess, reasoning_effort="instant", max_tokens=40)).result_sync(120)
+        snap = sch.snapshot()
+    assert r.raw_text == ref[0] and int(sess.cache.lengths[0]) > 600
+    assert snap["cache_capacity"] > 512 and snap["failed"] == 0 and snap["running"]
