@@ -80,6 +80,8 @@ def test_every_turn_has_every_field(replayed):
     _, report, _, _ = replayed
     call = report["calls"][0]
     assert call["input"] == {"encoding": "mulaw", "sample_rate": 8000, "channels": 2, "caller_channel": 1}
+    # Every 20 ms chunk of the recording reached the VAD, and how late it got there is measured.
+    assert call["input_lag_ms"]["n"] >= call["duration_s"] / 0.02 - 1
     answered = [t for t in call["turns"] if t["llm_calls"] and t["answered"]]
     assert len(answered) >= 2, json.dumps(call["turns"], indent=1)[:3000]
     for t in answered:

@@ -29,7 +29,7 @@ from loguru import logger
 
 from voice_agent.audio_io import AudioFormatError, read_caller_audio, write_wav
 from voice_agent.latency import expectations as expect_mod
-from voice_agent.latency.metrics import summarize, turn_record
+from voice_agent.latency.metrics import distribution, summarize, turn_record
 from voice_agent.latency.report import build_report, write_report
 from voice_agent.latency.truth import speech_segments, true_speech_end, utterances
 from voice_agent.latency.wer import word_errors
@@ -37,6 +37,7 @@ from voice_agent.latency.wer import word_errors
 SAMPLE_CALL = Path(__file__).resolve().parent.parent / "samples" / "dental_booking_call.wav"
 SETTLE_S = 2.0          # after the recording ends: this long with nothing happening ends the call
 HANGUP_TIMEOUT_S = 20.0  # how long the pipeline may take to shut down once we hang up
+MAX_INPUT_LAG_MS = 200.0  # caller audio reaching the VAD later than this (p95) flags the run
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _sidecar(path: Path) -> dict | None:
 
 # --- the pipeline ------------------------------------------------------------------------------
 
-def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observer: Any,
+def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observers: list[Any],
                    db_path: Path) -> Any:
     """The live-call pipeline on our transport, with a fresh clinic database per call (replays are
     repeatable and never touch the real bookings). Returns the worker to run."""
@@ -100,9 +101,17 @@ def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: A
 
     options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model,
                               smart_turn=opts.smart_turn)
-    built = build_pipeline(transport, scenario, options, engine=engine, observers=[observer],
+    built = build_pipeline(transport, scenario, options, engine=engine, observers=observers,
                            tool_backends=[ClinicDB(db_path)])
-    return built.task
+    return built
+
+
+def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
+    """Block until the call's engine session is free: an answer cut off by the hang-up stops at its
+    next committed block, and a process must not exit with the engine mid-forward."""
+    lock = getattr(getattr(getattr(built, "llm", None), "session", None), "lock", None)
+    if lock is not None and lock.acquire(timeout=timeout_s):
+        lock.release()
 
 
 async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
@@ -110,7 +119,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     from pipecat.workers.runner import WorkerRunner
 
     from voice_agent.latency.observer import TurnLatencyObserver
-    from voice_agent.replay_transport import ReplayTransport
+    from voice_agent.replay_transport import ReplayProbe, ReplayTransport
 
     def on_turn(tl: Any) -> None:
         if turns_bar is not None:
@@ -121,7 +130,9 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     transport = ReplayTransport(samples, fast=opts.fast, segments=segments)
     observer = TurnLatencyObserver(clock=transport.clock.now, on_turn=on_turn)
     transport.set_idle_probe(observer.idle_for)
-    task = _make_pipeline(transport, scenario, opts, engine, observer, db_path)
+    probe = ReplayProbe(transport)
+    built = _make_pipeline(transport, scenario, opts, engine, [observer, probe], db_path)
+    task = built.task
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(task)
     run = asyncio.create_task(runner.run())
@@ -149,8 +160,10 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
             logger.warning(f"{path}: pipeline did not end within {HANGUP_TIMEOUT_S:.0f}s of hang-up; cancelling")
             await asyncio.wait_for(task.cancel(), timeout=HANGUP_TIMEOUT_S)
             await asyncio.wait_for(run, timeout=HANGUP_TIMEOUT_S)
+    await asyncio.to_thread(_wait_engine_idle, built)
     run.result()
     observer.finish()
+    transport.input_lag_s = probe.lags_s
     return observer, transport
 
 
@@ -244,6 +257,11 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
             turns_bar.close()
     entry["wall_s"] = round(time.monotonic() - t_wall, 2)
     entry["skipped_silence_s"] = round(transport.clock.skipped_s, 2)
+    lag = distribution(x * 1000 for x in getattr(transport, "input_lag_s", []))
+    entry["input_lag_ms"] = {k: lag[k] for k in ("n", "p50", "p95", "max")}
+    if lag["p95"] is not None and lag["p95"] > MAX_INPUT_LAG_MS:
+        entry["warning"] = (f"this machine did not keep up in real time: caller audio reached the VAD "
+                            f"{lag['p95']:.0f} ms late (p95), and every latency here includes that backlog")
 
     prev_end = float("-inf")
     for tl in observer.turns:
@@ -316,6 +334,10 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             else " ".join(sys.argv),
                             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                             "expectations": expectations,
+                            "input_lag_p95_ms": max((c["input_lag_ms"]["p95"] for c in calls
+                                                     if (c.get("input_lag_ms") or {}).get("p95") is not None),
+                                                    default=None),
+                            "kept_up_in_real_time": not any(c.get("warning") for c in calls),
                         })
     return build_report(calls, summary)
 
@@ -333,6 +355,8 @@ def print_summary(report: dict, out_dir: Path) -> None:
     for call in report["calls"]:
         if call.get("error"):
             print(f"FAILED INPUT {call['error']}")
+        if call.get("warning"):
+            print(f"WARNING {call['file']}: {call['warning']}")
     table = expect_mod.table_text(report["calls"])
     if table:
         print("\nexpectations:\n" + table)

@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import numpy as np
 from pipecat.frames.frames import CancelFrame, EndFrame, InputAudioRawFrame, OutputAudioRawFrame, StartFrame
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregator
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
@@ -91,7 +93,14 @@ class FileInputTransport(BaseInputTransport):
         self._feeder: asyncio.Task | None = None
         self.file_done = asyncio.Event()
         self._hang_up = asyncio.Event()
+        self._go = asyncio.Event()
         self.fed_s = 0.0
+        self.due: dict[int, float] = {}  # frame id -> call time it was due, until the VAD takes it
+
+    def start_feeding(self) -> None:
+        """The line opens: called once the whole pipeline has started (models loaded), as a
+        live call's audio only starts flowing once the bot is up."""
+        self._go.set()
 
     def hang_up(self) -> None:
         self._hang_up.set()
@@ -126,6 +135,7 @@ class FileInputTransport(BaseInputTransport):
         return True
 
     async def _feed(self) -> None:
+        await self._go.wait()
         self._clock.start()
         if self._on_connected:
             result = self._on_connected()
@@ -151,11 +161,34 @@ class FileInputTransport(BaseInputTransport):
                 await asyncio.sleep(0)  # let the pipeline take each frame, as it would live
             else:
                 await self._clock.sleep_until(due)
-            await self.push_audio_frame(InputAudioRawFrame(audio=audio, sample_rate=RATE, num_channels=1))
+            frame = InputAudioRawFrame(audio=audio, sample_rate=RATE, num_channels=1)
+            self.due[frame.id] = due
+            await self.push_audio_frame(frame)
             self.fed_s = due
             if self._on_progress and start < n:
                 self._on_progress(min(due, n / RATE))
             i += 1
+
+
+class ReplayProbe(BaseObserver):
+    """Opens the line once the pipeline has started, and measures how late each chunk of caller
+    audio reaches the VAD (the user aggregator) against the time it was due. On a machine that
+    cannot keep up in real time that lag grows, and every latency measured on top of it is
+    inflated by it: the report shows it so such a run is not mistaken for the pipeline's speed."""
+
+    def __init__(self, transport: ReplayTransport, **kwargs) -> None:
+        super().__init__(observe_every_push=True, **kwargs)
+        self._transport = transport
+        self.lags_s: list[float] = []
+
+    async def on_pipeline_started(self) -> None:
+        self._transport.start_feeding()
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        if isinstance(data.frame, InputAudioRawFrame) and isinstance(data.destination, LLMUserAggregator):
+            due = self._transport.input_due.pop(data.frame.id, None)
+            if due is not None:
+                self.lags_s.append(self._transport.clock.now() - due)
 
 
 class CaptureOutputTransport(BaseOutputTransport):
@@ -219,6 +252,13 @@ class ReplayTransport(BaseTransport):
     def set_idle_probe(self, probe: Callable[[], float]) -> None:
         """Fast mode asks this (the latency observer's `idle_for`) whether it may skip."""
         self._idle_probe = probe
+
+    def start_feeding(self) -> None:
+        self._input.start_feeding()
+
+    @property
+    def input_due(self) -> dict[int, float]:
+        return self._input.due
 
     async def _connected(self) -> None:
         await self._call_event_handler("on_client_connected", "replay")

@@ -293,12 +293,22 @@ def _summary_table(s: dict) -> str:
 <tr><th>ttfat_ms within budget</th><td>{_fmt(None if ttfat_rate is None else f'{ttfat_rate:.0%}')}</td></tr>
 <tr><th>dominant stage</th><td>{_esc(STAGE_LABELS.get(s.get('dominant_stage') or '', s.get('dominant_stage')))}</td></tr>
 <tr><th>model / reasoning_effort</th><td>{_esc(s.get('model'))} / {_esc(s.get('reasoning_effort'))}</td></tr>
-<tr><th>feed mode</th><td>{_esc(s.get('mode'))}</td></tr>
+<tr><th>feed mode</th><td>{_esc(s.get('mode'))}{_lag_note(s)}</td></tr>
 <tr><th>calls</th><td>{s.get('calls', 0)} ({s.get('calls_failed', 0)} failed)</td></tr>
 <tr><th>machine</th><td>{_esc(machine.get('cpu'))}, {_esc(machine.get('cpu_count'))} CPUs, {_esc(machine.get('platform'))}</td></tr>
 <tr><th>command</th><td><code>{_esc(s.get('command'))}</code></td></tr>
 <tr><th>created</th><td>{_esc(s.get('created'))}</td></tr>
 </table>"""
+
+
+def _lag_note(s: dict) -> str:
+    lag = s.get("input_lag_p95_ms")
+    if lag is None:
+        return ""
+    if s.get("kept_up_in_real_time", True):
+        return f"; caller audio reached the VAD {lag:.0f} ms after it was due (p95)"
+    return (f'; <span class="fail">the machine did not keep up: caller audio reached the VAD {lag:.0f} ms late '
+            "(p95), so every latency includes that backlog</span>")
 
 
 def _expectations_html(report: dict) -> str:
@@ -328,6 +338,8 @@ def _call_html(ci: int, call: dict, out_dir: Path, embed_audio: bool) -> str:
     title = f"<h3>Call {ci + 1}: {_esc(call['file'])}</h3>"
     if call.get("error"):
         return title + f'<div class="error">skipped: {_esc(call["error"])}</div>'
+    if call.get("warning"):
+        title += f'<div class="error">warning: {_esc(call["warning"])}</div>'
     src = _audio_src(call, out_dir, embed_audio)
     audio = (f'<audio controls preload="metadata" src="{src}"></audio>'
              '<div class="muted">left: caller (the recording), right: the bot, time-aligned</div>') if src else ""
