@@ -16,6 +16,7 @@ import json
 import socket
 import threading
 import time
+import types
 import uuid
 
 import httpx
@@ -294,6 +295,12 @@ async def test_a_caller_vanishing_mid_turn_does_not_hurt_the_next_call(phone_ser
             await asyncio.sleep(0.1)
     assert health["calls_total"] == before + 2
     assert health["active_calls"] == 0 and health["calls_failed"] == 0
+    # The abandoned turn's decoding thread stops too (it checks for cancellation every block).
+    for _ in range(300):
+        if not [t for t in threading.enumerate() if t.name.endswith("-engine")]:
+            break
+        await asyncio.sleep(0.1)
+    assert not [t.name for t in threading.enumerate() if t.name.endswith("-engine")]
 
 
 async def test_a_socket_that_never_starts_is_closed_and_counted(phone_server):
@@ -343,3 +350,28 @@ def test_the_voice_agent_phone_command_serves_a_call(tmp_path, caller_utterance)
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert "ws://127.0.0.1:" in out and "Traceback" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("provider", ["twilio", "telnyx"])
+async def test_serializers_decode_media_and_drop_junk(provider):
+    from pipecat.frames.frames import InputAudioRawFrame
+    from pipecat.serializers.telnyx import TelnyxFrameSerializer
+    from pipecat.serializers.twilio import TwilioFrameSerializer
+
+    from voice_agent.transports.phone import TolerantTelnyxSerializer, TolerantTwilioSerializer
+
+    if provider == "twilio":
+        ser = TolerantTwilioSerializer("MZ1", params=TwilioFrameSerializer.InputParams(auto_hang_up=False, sample_rate=16000))
+        media = {"event": "media", "streamSid": "MZ1", "media": {"payload": base64.b64encode(SILENCE * 5).decode()}}
+    else:
+        ser = TolerantTelnyxSerializer("st1", "PCMU", "PCMU", params=TelnyxFrameSerializer.InputParams(
+            auto_hang_up=False, sample_rate=16000))
+        media = {"event": "media", "stream_id": "st1", "media": {"track": "inbound", "payload": base64.b64encode(SILENCE * 5).decode()}}
+    await ser.setup(types.SimpleNamespace(audio_in_sample_rate=16000))  # what the transport does at start
+    await ser.deserialize(json.dumps(media))  # the stream resampler holds back its first ~100 ms
+    frame = await ser.deserialize(json.dumps(media))
+    assert isinstance(frame, InputAudioRawFrame) and frame.sample_rate == 16000 and len(frame.audio) > 0
+    for junk in ["{", "[]", "null", json.dumps({"event": "media"}), json.dumps({"event": "media", "media": {"payload": 5}}),
+                 json.dumps({"event": "media", "media": {"payload": "a$b"}}), b"\xff\xfe"]:
+        assert await ser.deserialize(junk) is None
+    assert ser.bad_messages == 7
