@@ -159,6 +159,21 @@ class Engine:
                 ids.add(i)
         return ids
 
+    def variant(self, family: str | None = None, block_size: int | None = None) -> Engine:
+        """The same weights decoded another way (e.g. family="ar": the same-weights AR baseline)."""
+        from dataclasses import replace
+
+        fam = FAMILIES[family] if family else self.family
+        if block_size:
+            fam = replace(fam, block_size=int(block_size))
+        other = Engine.__new__(Engine)
+        other.__dict__.update(self.__dict__)
+        other.family = fam
+        other.decoder = BlockDecoder(self.model, fam, self.mask_id)
+        other._lock = threading.Lock()
+        other.model_name = self.model_name + (f" [{fam.name}, block {fam.block_size}]" if fam != self.family else "")
+        return other
+
     # -- sessions ------------------------------------------------------------------------
     def new_cache(self, batch: int = 1, capacity: int = 512) -> KVCache:
         cfg = self.model.cfg

@@ -44,6 +44,28 @@ def trim_answer(text: str, finished: bool) -> str:
     return text
 
 
+def clean_answer(text: str) -> str:
+    """The teacher's first paragraph, without repeated sentences: a 135M teacher often loops
+    ("I'm glad to hear that. I'm glad to hear that. ...") and a voice answer is one paragraph."""
+    if text.lstrip().startswith("<tool_call>"):
+        return text.strip()
+    para = text.strip().split("\n\n")[0].strip()
+    out, seen = [], set()
+    for sent in re.split(r"(?<=[.!?])\s+", para):
+        key = sent.strip().lower()
+        if key and key not in seen:
+            seen.add(key)
+            out.append(sent.strip())
+    return " ".join(out)
+
+
+def clean_target(rec: dict) -> str:
+    """The record's training target with a cleaned teacher answer (reasoning note kept)."""
+    ans = rec["teacher_answer"]
+    prefix = rec["target"][: len(rec["target"]) - len(ans) - len("<|im_end|>")]
+    return prefix + clean_answer(ans) + "<|im_end|>"
+
+
 def generate(eng: Engine, samples: list[dict], max_new: int = 48, batch: int = 16, out: Path | None = None) -> list[dict]:
     tok = eng.tokenizer
     results: list[dict] = []

@@ -141,10 +141,12 @@ def load_base(cfg: TrainConfig):
 
 
 def encode_pairs(tok, records: list[dict], max_len: int = 640) -> list[tuple[list[int], list[int]]]:
+    from engine.train.teacher import clean_target
+
     out = []
     for r in records:
         p = tok.encode(r["prompt"], add_special_tokens=False).ids
-        a = tok.encode(r["target"], add_special_tokens=False).ids
+        a = tok.encode(clean_target(r), add_special_tokens=False).ids
         if 0 < len(a) and len(p) + 3 * len(a) <= max_len:
             out.append((p, a))
     return out
@@ -163,27 +165,63 @@ def read_records(path: Path) -> list[dict]:
 
 
 class PrefixKV:
-    """The prompt's K/V, computed without gradient, that the trained tokens attend to.
+    """Prompt K/V computed without gradient, that the trained tokens attend to.
 
     Backpropagating through a 300-token system prompt for a 40-token answer triples the cost of a
-    step; the LoRA still shapes the prompt's K/V in the forward, it just gets no gradient there."""
+    step; the LoRA still shapes the prompt's K/V in the forward, it just gets no gradient there.
+    With `record=True` a pass appends its own K/V, so a prompt can be built up in pieces."""
 
-    def __init__(self, ks: list[torch.Tensor], vs: list[torch.Tensor]) -> None:
-        self.ks, self.vs = ks, vs
-
-    def write(self, layer, slots, k, v, span):
-        return torch.cat([self.ks[layer], k], dim=2), torch.cat([self.vs[layer], v], dim=2)
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.ks: list[torch.Tensor] = []
-        self.vs: list[torch.Tensor] = []
+    def __init__(self, ks: list[torch.Tensor] | None = None, vs: list[torch.Tensor] | None = None,
+                 record: bool = False) -> None:
+        self.ks, self.vs, self.record = ks, vs, record
+        self.new_ks: list[torch.Tensor] = []
+        self.new_vs: list[torch.Tensor] = []
 
     def write(self, layer, slots, k, v, span):
-        self.ks.append(k)
-        self.vs.append(v)
+        if self.ks is not None:
+            k, v = torch.cat([self.ks[layer], k], dim=2), torch.cat([self.vs[layer], v], dim=2)
+        if self.record:
+            self.new_ks.append(k)
+            self.new_vs.append(v)
         return k, v
+
+    def recorded(self) -> PrefixKV:
+        return PrefixKV(self.new_ks, self.new_vs)
+
+
+class SystemPromptCache:
+    """K/V of the few distinct system prompts, refreshed every `ttl` optimizer steps: they change
+    only as fast as the LoRA does, and recomputing them for every example costs a third of a step."""
+
+    def __init__(self, ttl: int = 10) -> None:
+        self.ttl = ttl
+        self.entries: dict[tuple[int, ...], tuple[int, PrefixKV]] = {}
+
+    def get(self, model, mask_vec, tokens: list[int], mask_id: int, step: int) -> PrefixKV:
+        key = tuple(tokens)
+        hit = self.entries.get(key)
+        if hit is None or step - hit[0] >= self.ttl:
+            n = len(tokens)
+            rec = PrefixKV(record=True)
+            x = torch.tensor([tokens])
+            with torch.no_grad():
+                model.hidden(x, torch.arange(n)[None], causal_mask_t(n)[None, None], cache=rec,
+                             embeds=_embed(model, mask_vec, x, mask_id))
+            hit = (step, rec.recorded())
+            self.entries[key] = hit
+        return hit[1]
+
+
+def causal_mask_t(n: int) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def system_len(prompt_ids: list[int], im_end: int) -> int:
+    """Length of the system message (through its <|im_end|> and newline), 0 if none."""
+    try:
+        return prompt_ids.index(im_end) + 2
+    except ValueError:
+        return 0
 
 
 def _embed(model, mask_vec, x, mask_id):
@@ -191,17 +229,20 @@ def _embed(model, mask_vec, x, mask_id):
     return torch.where((x == mask_id)[..., None], mask_vec.to(emb.dtype), emb)
 
 
-def loss_on(model, mask_vec, ex, mask_id: int, ar_weight: float, prefix_len: int = 0):
+def loss_on(model, mask_vec, ex, mask_id: int, ar_weight: float, prefix_len: int = 0,
+            sys_kv: PrefixKV | None = None, sys_len: int = 0):
     """Loss of one example; the first `prefix_len` tokens (the prompt minus its last token) are
-    run without gradient."""
+    run without gradient, on top of the cached system prompt K/V when given."""
     x, pos, att = ex["tokens"][None], ex["pos"][None], ex["att"]
     k0 = prefix_len
-    cache = None
-    if k0 > 0:
-        rec = _Recorder()
+    cache = sys_kv if sys_kv is not None else None
+    start = sys_len if sys_kv is not None else 0
+    if k0 > start:
+        rec = PrefixKV(cache.ks if cache else None, cache.vs if cache else None, record=True)
         with torch.no_grad():
-            model.hidden(x[:, :k0], pos[:, :k0], att[:k0, :k0][None, None], cache=rec, embeds=_embed(model, mask_vec, x[:, :k0], mask_id))
-        cache = PrefixKV(rec.ks, rec.vs)
+            model.hidden(x[:, start:k0], pos[:, start:k0], att[start:k0, :k0][None, None], cache=rec,
+                         embeds=_embed(model, mask_vec, x[:, start:k0], mask_id))
+        cache = rec.recorded()
     xs = x[:, k0:]
     h = model.hidden(xs, pos[:, k0:], att[k0:, :][None, None], cache=cache, embeds=_embed(model, mask_vec, xs, mask_id))[0]
     d_logits = model.lm_head(h[ex["src"] - k0])
@@ -252,6 +293,8 @@ def fit(cfg: TrainConfig) -> dict:
         step, tokens_seen, elapsed0 = st["step"], st["tokens_seen"], st["elapsed_s"]
         print(f"resumed from step {step} ({tokens_seen} tokens, {elapsed0 / 60:.1f} min)")
     blocks = [int(b) for b in cfg.block_sizes.split(",")]
+    im_end = tok.token_to_id("<|im_end|>")
+    sys_cache = SystemPromptCache()
     pairs: list = []
     n_loaded = -1
     t_start = time.time()
@@ -259,7 +302,17 @@ def fit(cfg: TrainConfig) -> dict:
     log = (cfg.run / "log.jsonl").open("a")
     bar = tqdm(total=cfg.max_steps, initial=step, desc="train", unit="step")
     ema = None
-    while step < cfg.max_steps and elapsed0 + (time.time() - t_start) < cfg.max_minutes * 60:
+    stop = {"now": False}
+
+    def _graceful(signum, frame):  # SIGTERM/SIGINT: finish the step, checkpoint, exit
+        stop["now"] = True
+
+    import signal
+
+    signal.signal(signal.SIGTERM, _graceful)
+    signal.signal(signal.SIGINT, _graceful)
+    while (not stop["now"] and step < cfg.max_steps
+           and elapsed0 + (time.time() - t_start) < cfg.max_minutes * 60):
         if step % 25 == 0 or not pairs:  # the corpus may still be growing
             recs = read_records(cfg.data / "train.jsonl")
             if len(recs) != n_loaded:
@@ -275,7 +328,10 @@ def fit(cfg: TrainConfig) -> dict:
         for _ in range(cfg.accum):
             p_ids, a_ids = rng.choice(pairs)
             ex = build_example(p_ids, a_ids, rng.choice(blocks), mask_id, rng)
-            loss, ld, la = loss_on(model, mask_vec, ex, mask_id, cfg.ar_weight, prefix_len=len(p_ids) - 1)
+            n_sys = min(system_len(p_ids, im_end), len(p_ids) - 1)
+            sys_kv = sys_cache.get(model, mask_vec, p_ids[:n_sys], mask_id, step) if n_sys > 0 else None
+            loss, ld, la = loss_on(model, mask_vec, ex, mask_id, cfg.ar_weight, prefix_len=len(p_ids) - 1,
+                                   sys_kv=sys_kv, sys_len=n_sys)
             (loss / cfg.accum).backward()
             ld_sum += ld / cfg.accum
             la_sum += la / cfg.accum

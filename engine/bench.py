@@ -1,0 +1,165 @@
+"""python -m engine.bench: block diffusion vs AR on the same weights, in one run.
+
+For every reasoning_effort it decodes a fixed set of voice-agent turns twice, as block diffusion
+and as AR (block size 1) on the same weights, and reports decode_tok_s, tokens_per_forward,
+prefill_ms and TTFT/TTFAT p50/p95. TTFAT is measured on the second turn of a call, with the
+call's session cache warm (the system prompt is not prefilled again), as in a live call. A peer
+baseline, transformers `generate` on the same base weights, is timed on the same prompts.
+`--json` prints one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engine.api import Engine
+from engine.effort import EFFORTS
+
+PROMPTS_YAML = Path(__file__).resolve().parents[1] / "prompts" / "dental_receptionist.yaml"
+TURNS = [
+    ("Hi, is this Bright Smile Dental?", "I'd like to book a cleaning next week."),
+    ("Hello, I have a question about my bill.", "Do you take Delta Dental insurance?"),
+    ("Good morning!", "What are your opening hours on Fridays?"),
+    ("Hi, this is Maria Lopez.", "Can I move my appointment to Thursday afternoon?"),
+    ("Hey there.", "How long does a filling usually take?"),
+    ("Hi.", "Sorry, I'm a bit nervous about the dentist."),
+    ("Hello?", "Can you cancel my appointment tomorrow? I'm sick."),
+    ("Hi, quick question.", "Do I need to bring anything to my first visit?"),
+]
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return round(xs[lo] + (xs[hi] - xs[lo]) * (k - lo), 2)
+
+
+def system_prompt() -> str:
+    import yaml
+
+    return yaml.safe_load(PROMPTS_YAML.read_text())["system_prompt"].strip()
+
+
+def run_turns(eng: Engine, effort: str, max_tokens: int, n: int) -> dict:
+    """Two-turn calls: turn 1 warms the session; turn 2 is measured."""
+    sys_msg = {"role": "system", "content": system_prompt()}
+    rows = []
+    for first, second in TURNS[:n]:
+        sess = eng.session()
+        msgs = [sys_msg, {"role": "user", "content": first}]
+        r1 = eng.chat(msgs, reasoning_effort=effort, max_tokens=max_tokens, session=sess)
+        msgs += [r1.message(), {"role": "user", "content": second}]
+        r2 = eng.chat(msgs, reasoning_effort=effort, max_tokens=max_tokens, session=sess)
+        rows.append(r2.metrics)
+    tok = sum(m["completion_tokens"] for m in rows)
+    dec_s = sum(m["decode_ms"] for m in rows) / 1000
+    fwd = sum(m["forward_passes"] for m in rows)
+    return {
+        "decode_tok_s": round(tok / max(dec_s, 1e-9), 2),
+        "tokens_per_forward": round(tok / max(fwd, 1), 3),
+        "prefill_ms": pct([m["prefill_ms"] for m in rows], 0.5),
+        "ttft_ms_p50": pct([m["ttft_ms"] for m in rows], 0.5),
+        "ttft_ms_p95": pct([m["ttft_ms"] for m in rows], 0.95),
+        "ttfat_ms_p50": pct([m["ttfat_ms"] for m in rows], 0.5),
+        "ttfat_ms_p95": pct([m["ttfat_ms"] for m in rows], 0.95),
+        "completion_tokens": tok,
+    }
+
+
+def hf_generate_tok_s(eng: Engine, max_tokens: int, n: int) -> float:
+    """transformers `generate` (greedy, KV cache) on the same base weights and prompts."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.loading import smollm2_folder
+
+    hf = AutoModelForCausalLM.from_pretrained(str(smollm2_folder()), dtype=eng.model.dtype).eval()
+    sys_msg = {"role": "system", "content": system_prompt()}
+    tok_total, dec_s = 0, 0.0
+    for first, _ in TURNS[:n]:
+        ids = eng.tokenizer.encode(eng.chat_format.render([sys_msg, {"role": "user", "content": first}]),
+                                   add_special_tokens=False).ids
+        x = torch.tensor([ids])
+        with torch.inference_mode():
+            t = time.perf_counter()
+            hf.generate(x, max_new_tokens=1, do_sample=False, min_new_tokens=1)
+            t_prefill = time.perf_counter() - t
+            t = time.perf_counter()
+            out = hf.generate(x, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False)
+            total = time.perf_counter() - t
+        new = out.shape[1] - len(ids)
+        tok_total += new - 1
+        dec_s += max(total - t_prefill, 1e-9)
+    return round(tok_total / dec_s, 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="default", help="'default' or a local HF folder")
+    p.add_argument("--prompts", type=int, default=6, help=f"calls per effort (max {len(TURNS)})")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--efforts", default=",".join(EFFORTS), help="comma-separated reasoning_effort values")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers generate baseline")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    eng = Engine.load(a.model)
+    ar = eng.variant(family="ar")
+    base_ar = Engine.load("smollm2-base", dtype=eng.model.dtype) if a.model == "default" else ar
+    efforts = [e.strip() for e in a.efforts.split(",") if e.strip()]
+    by_effort = {}
+    n = min(a.prompts, len(TURNS))
+    run_turns(eng, efforts[0], 8, 1)  # warm-up: first-call allocations stay out of the numbers
+    for eff in efforts:
+        d = run_turns(eng, eff, a.max_tokens, n)
+        r = run_turns(ar, eff, a.max_tokens, n)
+        d["ar_decode_tok_s"] = r["decode_tok_s"]
+        d["ar_ttfat_ms_p50"] = r["ttfat_ms_p50"]
+        d["speedup_vs_ar"] = round(d["decode_tok_s"] / max(r["decode_tok_s"], 1e-9), 3)
+        by_effort[eff] = d
+        print(f"{eff:8s} diffusion {d['decode_tok_s']:7.1f} tok/s  AR {r['decode_tok_s']:7.1f} tok/s  "
+              f"speedup {d['speedup_vs_ar']:.2f}x  tokens/forward {d['tokens_per_forward']:.2f}  "
+              f"prefill {d['prefill_ms']} ms  TTFT p50 {d['ttft_ms_p50']}  TTFAT p50/p95 {d['ttfat_ms_p50']}/{d['ttfat_ms_p95']} ms",
+              flush=True)
+    base_ar_tok_s = run_turns(base_ar, "instant", a.max_tokens, n)["decode_tok_s"]
+    hf = None if a.no_hf else hf_generate_tok_s(base_ar, a.max_tokens, n)
+    print(f"same base weights, AR: ours {base_ar_tok_s} tok/s vs transformers generate {hf} tok/s")
+    head = by_effort.get("low") or next(iter(by_effort.values()))
+    summary = {
+        "model": eng.model_name,
+        "dtype": str(eng.model.dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "reasoning_effort": "low" if "low" in by_effort else efforts[0],
+        "decode_tok_s": head["decode_tok_s"],
+        "ar_decode_tok_s": head["ar_decode_tok_s"],
+        "speedup_vs_ar": head["speedup_vs_ar"],
+        "tokens_per_forward": head["tokens_per_forward"],
+        "ttfat_ms_p50": head["ttfat_ms_p50"],
+        "ttfat_ms_p95": head["ttfat_ms_p95"],
+        "prefill_ms": head["prefill_ms"],
+        "base_ar_decode_tok_s": base_ar_tok_s,
+        "hf_generate_tok_s": hf,
+        "by_effort": by_effort,
+        "prompts": n,
+        "max_tokens": a.max_tokens,
+    }
+    if a.json:
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

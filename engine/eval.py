@@ -1,0 +1,211 @@
+"""python -m engine.eval: how good is the shipped default dLLM, on held-out prompts.
+
+Quality (batched, all held-out prompts, at --effort, default `low`):
+  rouge_l_vs_teacher  ROUGE-L F1 of the answer against the AR teacher's (cleaned) answer
+  rouge_l_vs_own_ar   against the same merged weights decoded one token at a time
+  repeat_rate         adjacent duplicate tokens per committed token, minus the teacher's rate
+  tool_call_valid_rate  parsed, known tool, schema-valid arguments, on held-out tool turns
+  tokens_per_forward  committed tokens / forward passes of block-diffusion decoding
+Speed (batch 1, --speed-prompts prompts, same run, same weights):
+  speedup_vs_ar       diffusion decode tok/s / AR decode tok/s
+A per-effort table is printed above the final JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from engine.api import Engine, Request
+from engine.decode import _RowSubset
+from engine.effort import EFFORTS
+from engine.tools import parse_tool_calls
+
+HELDOUT = Path(__file__).parent / "weights" / "heldout.jsonl.gz"
+
+
+def load_heldout(path: Path = HELDOUT) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def rouge_l(a: str, b: str) -> float:
+    x, y = a.lower().split(), b.lower().split()
+    if not x or not y:
+        return float(x == y)
+    prev = [0] * (len(y) + 1)
+    for xi in x:
+        cur = [0]
+        for j, yj in enumerate(y):
+            cur.append(prev[j] + 1 if xi == yj else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    if lcs == 0:
+        return 0.0
+    p, r = lcs / len(x), lcs / len(y)
+    return 2 * p * r / (p + r)
+
+
+def repeats(ids: list[int]) -> tuple[int, int]:
+    return sum(1 for a, b in zip(ids, ids[1:], strict=False) if a == b), max(len(ids), 1)
+
+
+def tools_of(rec: dict) -> list[dict]:
+    from engine.train.prompts import load_scenario_tools
+
+    return load_scenario_tools(rec["tools_scenario"])[1] if rec.get("tools_scenario") else []
+
+
+def decode_batch(eng: Engine, recs: list[dict], effort: str, max_tokens: int) -> list[Request]:
+    """Decode many prompts in one batch (the scheduler's batched step); rows are independent."""
+    reqs = [eng.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens) for r in recs]
+    cache = eng.new_cache(batch=len(reqs), capacity=1024)
+    cache.ensure(max(len(q.tokens) for q in reqs) + max_tokens + 32)
+    for i, q in enumerate(reqs):
+        q.prefill(cache, _RowSubset(cache, [i]))
+        q.state.row = i
+    while not all(q.state.done for q in reqs):
+        eng.decoder.step(cache, [q.state for q in reqs if not q.state.done])
+        for q in reqs:
+            q.absorb()
+    for i, q in enumerate(reqs):
+        q.result = q.finish(_RowSubset(cache, [i]))
+    return reqs
+
+
+def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int, batch: int,
+            desc: str) -> dict:
+    from engine.train.teacher import clean_answer
+
+    r_teacher, r_own, tool_ok, tool_n = [], [], 0, 0
+    rep_s = rep_t = rep_teacher = 0
+    tok = fwd = 0
+    for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
+        chunk = recs[i : i + batch]
+        d = decode_batch(eng, chunk, effort, max_tokens)
+        a = decode_batch(ar, chunk, effort, max_tokens)
+        for rec, qd, qa in zip(chunk, d, a, strict=True):
+            tok += len(qd.state.generated)
+            fwd += qd.state.forward_passes
+            if rec.get("tool_call"):
+                tool_n += 1
+                parsed = parse_tool_calls(qd.prefix + qd.parser.tool_text, tools_of(rec)) if qd.parser.tool_text else None
+                tool_ok += bool(parsed and parsed.calls and not parsed.errors)
+                continue
+            teacher = clean_answer(rec["teacher_answer"])
+            r_teacher.append(rouge_l(qd.result.text, teacher))
+            r_own.append(rouge_l(qd.result.text, qa.result.text))
+            ans_ids = eng.tokenizer.encode(qd.result.text, add_special_tokens=False).ids
+            t_ids = eng.tokenizer.encode(teacher, add_special_tokens=False).ids
+            n_r, n = repeats(ans_ids)
+            rep_s += n_r
+            rep_t += n
+            rep_teacher += repeats(t_ids)[0] / repeats(t_ids)[1] * n
+    mean = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+    return {
+        "tokens_per_forward": round(tok / max(fwd, 1), 3),
+        "rouge_l_vs_teacher": mean(r_teacher),
+        "rouge_l_vs_own_ar": mean(r_own),
+        "repeat_rate": round(max(0.0, (rep_s - rep_teacher) / max(rep_t, 1)), 4),
+        "tool_call_valid_rate": round(tool_ok / tool_n, 4) if tool_n else None,
+        "n_prompts": len(recs),
+        "n_tool_prompts": tool_n,
+    }
+
+
+def speed(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> dict:
+    """Batch-1 decode speed, diffusion vs AR, interleaved per prompt so machine noise hits both."""
+    dt = at = dn = an = 0.0
+    ttfat = []
+    for rec in recs:
+        kw = dict(tools=tools_of(rec), reasoning_effort=effort, max_tokens=max_tokens)
+        rd = eng.chat(rec["messages"], **kw)
+        ra = ar.chat(rec["messages"], **kw)
+        dt += rd.metrics["decode_ms"]
+        dn += rd.metrics["completion_tokens"]
+        at += ra.metrics["decode_ms"]
+        an += ra.metrics["completion_tokens"]
+        if rd.metrics["ttfat_ms"] is not None:
+            ttfat.append(rd.metrics["ttfat_ms"])
+    d_tok_s, a_tok_s = dn / max(dt / 1000, 1e-9), an / max(at / 1000, 1e-9)
+    ttfat.sort()
+    return {
+        "decode_tok_s": round(d_tok_s, 2),
+        "ar_decode_tok_s": round(a_tok_s, 2),
+        "speedup_vs_ar": round(d_tok_s / max(a_tok_s, 1e-9), 3),
+        "ttfat_ms_p50_cold": ttfat[len(ttfat) // 2] if ttfat else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.eval", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="default")
+    p.add_argument("--adapter", default=None, help="evaluate this adapter instead of the shipped one")
+    p.add_argument("--heldout", type=Path, default=HELDOUT)
+    p.add_argument("--effort", default="low", help="the effort of the headline numbers")
+    p.add_argument("--table-efforts", default=",".join(EFFORTS), help="efforts of the table above the JSON")
+    p.add_argument("--table-prompts", type=int, default=48, help="held-out prompts per table row")
+    p.add_argument("--limit", type=int, default=0, help="use only the first N held-out prompts (0 = all)")
+    p.add_argument("--speed-prompts", type=int, default=12)
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--block-size", type=int, default=0, help="override the adapter's block size")
+    p.add_argument("--threshold", type=float, default=None, help="override the effort's threshold")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    eng = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None)
+    if a.threshold is not None:
+        from engine import effort as eff_mod
+
+        for k, v in list(eff_mod.EFFORTS.items()):
+            eff_mod.EFFORTS[k] = type(v)(v.thinking_budget, a.threshold, v.steps_per_block)
+    ar = eng.variant(family="ar")
+    recs = load_heldout(a.heldout)
+    if a.limit:
+        recs = recs[: a.limit]
+    t0 = time.time()
+    table = {}
+    for eff in [e for e in a.table_efforts.split(",") if e and e != a.effort]:
+        table[eff] = quality(eng, ar, recs[: a.table_prompts], eff, a.max_tokens, a.batch, f"table {eff}")
+    head = quality(eng, ar, recs, a.effort, a.max_tokens, a.batch, f"eval {a.effort}")
+    table[a.effort] = dict(head)
+    spd = speed(eng, ar, recs[: a.speed_prompts], a.effort, a.max_tokens)
+    inst = speed(eng, ar, [r for r in recs if not r.get("tool_call")][: a.speed_prompts], "instant", a.max_tokens)
+    print(f"{'effort':8s} {'tok/fwd':>8s} {'rougeL/teacher':>15s} {'rougeL/ownAR':>13s} {'repeat':>7s} {'tool ok':>8s} {'n':>4s}")
+    for eff in EFFORTS:
+        if eff in table:
+            r = table[eff]
+            print(f"{eff:8s} {r['tokens_per_forward']:8.2f} {r['rouge_l_vs_teacher'] or 0:15.3f} "
+                  f"{r['rouge_l_vs_own_ar'] or 0:13.3f} {r['repeat_rate']:7.3f} {r['tool_call_valid_rate'] or 0:8.2f} {r['n_prompts']:4d}")
+    print(f"speed at {a.effort}: diffusion {spd['decode_tok_s']} tok/s vs AR {spd['ar_decode_tok_s']} tok/s "
+          f"= {spd['speedup_vs_ar']}x; at instant: {inst['speedup_vs_ar']}x")
+    out = {
+        "model": eng.model_name,
+        "adapter": eng.info.get("adapter", {}),
+        "reasoning_effort": a.effort,
+        "block_size": eng.family.block_size,
+        **head,
+        **spd,
+        "instant": {"tokens_per_forward": table.get("instant", {}).get("tokens_per_forward"), **inst},
+        "by_effort": table,
+        "eval_minutes": round((time.time() - t0) / 60, 1),
+    }
+    if a.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
