@@ -142,7 +142,7 @@ class BlockDecoder:
         logits_by_row: dict[int, torch.Tensor] = {}
         if fwd:
             logits_by_row = self._forward(cache, fwd)
-        for s, toks, n_block in inputs:
+        for s, _toks, n_block in inputs:
             out = logits_by_row.get(s.row)
             npend = len(s.pending)
             if out is not None:
