@@ -38,7 +38,7 @@ EXPECT = {
     "tool_calls": ["find_free_slots", "book_appointment"],
     "no_tool_calls": ["cancel_appointment"],
     "must_say": ["Tuesday"],
-    "must_not_say": ["as an AI", "<think>"],
+    "must_not_say": ["as an AI language model"],
 }
 
 
