@@ -252,3 +252,19 @@ def test_observer_builds_one_turn_from_a_slow_transcript_and_attributes_engine_m
     assert (late.user_text, late.transcript_final, late.llm_request) == ("and my name is Jo", 11.5, 11.62)
     assert late.vad_stopped == 3.0 and late.vad_started is None  # no new speech: the last VAD stop
     assert late.interrupted  # the caller spoke again before it was answered
+
+
+def test_shipped_sample_call_is_what_make_sample_generates():
+    """samples/ is reproducible: the generator gives the shipped WAV back (to within float noise
+    across CPUs), and the metadata's script is what the caller says."""
+    from voice_agent.make_sample import NAME, RATE, SAMPLES_DIR, SCRIPT, synthesize
+
+    info, shipped = parse_wav((SAMPLES_DIR / f"{NAME}.wav").read_bytes())
+    assert (info.sample_rate, info.channels, info.encoding) == (RATE, 1, "pcm16")
+    assert 20 <= info.duration_s <= 40
+    samples, lines = synthesize()
+    assert len(samples) == len(shipped)
+    assert np.max(np.abs(samples.astype(np.int32) - shipped[:, 0].astype(np.int32))) <= 64
+    meta = json.loads((SAMPLES_DIR / f"{NAME}.json").read_text())
+    assert meta["script"] == [text for text, _ in SCRIPT] and meta["lines"] == lines
+    assert len((SAMPLES_DIR / f"{NAME}.json").read_bytes()) < 4096  # a few kB of metadata
