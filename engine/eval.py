@@ -64,21 +64,28 @@ def tools_of(rec: dict) -> list[dict]:
     return load_scenario_tools(rec["tools_scenario"])[1] if rec.get("tools_scenario") else []
 
 
-def decode_batch(eng: Engine, recs: list[dict], effort: str, max_tokens: int) -> list[Request]:
-    """Decode many prompts in one batch (the scheduler's batched step); rows are independent."""
-    reqs = [eng.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens) for r in recs]
-    cache = eng.new_cache(batch=len(reqs), capacity=1024)
-    cache.ensure(max(len(q.tokens) for q in reqs) + max_tokens + 32)
-    for i, q in enumerate(reqs):
+def decode_pair(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> tuple[list[Request], list[Request]]:
+    """Decode many prompts in one batch, as diffusion and as AR on the same weights. The prompts
+    are prefilled once; the AR pass starts from a fork of the same cache."""
+    mk = lambda e: [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens) for r in recs]  # noqa: E731
+    d_reqs, a_reqs = mk(eng), mk(ar)
+    cache = eng.new_cache(batch=len(d_reqs), capacity=1024)
+    cache.ensure(max(len(q.tokens) for q in d_reqs) + max_tokens + 32)
+    for i, q in enumerate(d_reqs):
         q.prefill(cache, _RowSubset(cache, [i]))
         q.state.row = i
-    while not all(q.state.done for q in reqs):
-        eng.decoder.step(cache, [q.state for q in reqs if not q.state.done])
-        for q in reqs:
-            q.absorb()
-    for i, q in enumerate(reqs):
-        q.result = q.finish(_RowSubset(cache, [i]))
-    return reqs
+    ar_cache = cache.fork()
+    for i, (qd, qa) in enumerate(zip(d_reqs, a_reqs, strict=True)):
+        qa.t_prefill_end, qa.prefill_ms = qd.t_prefill_end, qd.prefill_ms
+        qa.state = ar.decoder.start(qa.params, qd.state.next_logits, row=i, eos_ids=ar.eos_ids)
+    for e, reqs, c in ((eng, d_reqs, cache), (ar, a_reqs, ar_cache)):
+        while not all(q.state.done for q in reqs):
+            e.decoder.step(c, [q.state for q in reqs if not q.state.done])
+            for q in reqs:
+                q.absorb()
+        for i, q in enumerate(reqs):
+            q.result = q.finish(_RowSubset(c, [i]))
+    return d_reqs, a_reqs
 
 
 def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int, batch: int,
@@ -90,8 +97,7 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
     tok = fwd = 0
     for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
         chunk = recs[i : i + batch]
-        d = decode_batch(eng, chunk, effort, max_tokens)
-        a = decode_batch(ar, chunk, effort, max_tokens)
+        d, a = decode_pair(eng, ar, chunk, effort, max_tokens)
         for rec, qd, qa in zip(chunk, d, a, strict=True):
             tok += len(qd.state.generated)
             fwd += qd.state.forward_passes
@@ -153,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout", type=Path, default=HELDOUT)
     p.add_argument("--effort", default="low", help="the effort of the headline numbers")
     p.add_argument("--table-efforts", default=",".join(EFFORTS), help="efforts of the table above the JSON")
-    p.add_argument("--table-prompts", type=int, default=48, help="held-out prompts per table row")
+    p.add_argument("--table-prompts", type=int, default=32, help="held-out prompts per table row")
     p.add_argument("--limit", type=int, default=0, help="use only the first N held-out prompts (0 = all)")
     p.add_argument("--speed-prompts", type=int, default=12)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=96, help="reasoning + answer tokens")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--block-size", type=int, default=0, help="override the adapter's block size")
     p.add_argument("--threshold", type=float, default=None, help="override the effort's threshold")
