@@ -240,6 +240,22 @@ class Engine:
         return Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                        thinking, prefix, stops, session, reasoning_effort)
 
+    def warm(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int:
+        """Prefill a call's fixed prefix (system prompt + tools) into its session before the caller
+        speaks, e.g. while the greeting plays, so the first turn prefills only the caller's words.
+        Returns how many tokens the session cache now holds."""
+        req = self.prepare(messages, tools=tools, reasoning_effort=reasoning_effort, max_tokens=1, session=session)
+        sys_msgs = [m for m in messages if m.get("role") == "system"][:1]
+        prefix = self.chat_format.render(sys_msgs, validate_tools(tools), thinking=False) if sys_msgs else ""
+        # Only the system part is stable across turns; the rest will be rendered with the turn.
+        n = len(self.tokenizer.encode(prefix, add_special_tokens=False).ids) if prefix else 0
+        n = max(1, min(n - 3, len(req.tokens) - 1))  # stop before the generation header
+        with session.lock:
+            req.tokens = req.tokens[:n]
+            req.prefill(session.cache)
+            session.tokens = req.tokens[: int(session.cache.lengths[0])]
+        return len(session.tokens)
+
     def stream(self, messages, **kw) -> Iterator[StreamEvent]:
         """Yield reasoning/answer text as blocks are committed, then a "done" event with the result."""
         req = self.prepare(messages, **kw)

@@ -166,3 +166,13 @@ def test_invalid_tool_arguments_become_errors_not_exceptions(tiny_dllm):
     assert not junk.calls and "JSON" in junk.errors[0]
     ok = parse_tool_calls('<tool_call>\n{"name": "find_free_slots", "arguments": {"date": "2026-12-01"}}\n</tool_call>', tools)
     assert ok.calls[0]["function"]["name"] == "find_free_slots"
+
+
+def test_warming_a_session_caches_the_system_prompt_before_the_first_turn(tiny_dllm):
+    sess = tiny_dllm.session()
+    held = tiny_dllm.warm(sess, CALL[:1], tools=TOOLS)
+    assert held > 10
+    first = tiny_dllm.chat(CALL, tools=TOOLS, reasoning_effort="instant", max_tokens=8, session=sess)
+    scratch = tiny_dllm.chat(CALL, tools=TOOLS, reasoning_effort="instant", max_tokens=8)
+    assert first.raw_text == scratch.raw_text
+    assert first.metrics["cached_tokens"] == held

@@ -44,7 +44,7 @@ def test_complementary_masks_cover_every_answer_token():
 
     ex = build_example(list(range(10, 20)), list(range(100, 113)), 4, mask_id=7, rng=random.Random(0))
     assert sorted(ex["tgt"].tolist()) == sorted(list(range(100, 113)))  # each answer token once
-    n, a = 23, 13
+    n = 23  # 10 prompt + 13 answer tokens
     att = ex["att"]
     assert not att[:n, n:].any()  # clean tokens never see noisy ones
     assert att[n, : 10].all() and not att[n, 10:n].any()  # first noisy block sees only the prompt

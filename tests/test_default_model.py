@@ -1,0 +1,43 @@
+"""The embedded default dLLM: loads offline, speaks English, decodes in parallel, calls tools."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from engine.api import DEFAULT_ADAPTER
+from engine.train.prompts import PROMPTS_DIR
+
+SCENARIO = yaml.safe_load((PROMPTS_DIR / "dental_receptionist.yaml").read_text())
+SYSTEM = {"role": "system", "content": SCENARIO["system_prompt"] + "\nToday is Monday, 2026-11-30."}
+TOOLS = [{"type": "function", "function": t} for t in SCENARIO["tools"]]
+
+
+def test_default_model_is_the_trained_adapter(default_engine):
+    assert DEFAULT_ADAPTER.exists() and DEFAULT_ADAPTER.stat().st_size < 25 * 2**20
+    assert default_engine.info["adapter"]["model_name"] == default_engine.model_name
+    assert "untrained" not in default_engine.model_name
+    assert default_engine.family.block_size > 1
+
+
+def test_answers_a_voice_turn_with_english_text(default_engine):
+    r = default_engine.chat([SYSTEM, {"role": "user", "content": "Hi, what are your opening hours?"}],
+                            reasoning_effort="instant", max_tokens=48)
+    words = re.findall(r"[A-Za-z']+", r.text)
+    assert len(words) >= 3, r.raw_text
+    assert sum(len(w) for w in words) / max(len(r.text.replace(" ", "")), 1) > 0.6  # mostly letters
+
+
+def test_decodes_more_than_one_and_a_half_tokens_per_forward(default_engine):
+    r = default_engine.chat([SYSTEM, {"role": "user", "content": "Sorry, I'm a bit nervous about dentists."}],
+                            reasoning_effort="instant", max_tokens=48)
+    assert r.metrics["completion_tokens"] >= 8
+    assert r.metrics["tokens_per_forward"] > 1.5, r.metrics
+
+
+def test_makes_a_valid_tool_call_for_a_clear_request(default_engine):
+    msgs = [SYSTEM, {"role": "user", "content": "Hi, this is Maria Lopez, I need to cancel my appointment."}]
+    r = default_engine.chat(msgs, tools=TOOLS, reasoning_effort="medium", max_tokens=96)
+    assert r.tool_calls, (r.raw_text, r.tool_errors)
+    assert r.tool_calls[0]["function"]["name"] in {t["function"]["name"] for t in TOOLS}
