@@ -11,6 +11,7 @@ import torch
 def save_tiny(folder: Path, kind: str = "qwen2", seed: int = 0) -> Path:
     """A 2-layer random model of `kind` (llama | qwen2 | qwen3) with the SmolLM2 tokenizer."""
     import transformers
+
     from engine.loading import smollm2_folder
 
     torch.manual_seed(seed)
