@@ -298,7 +298,7 @@ def _teach(eng: Engine, examples: list[tuple[list[int], str]], max_steps: int = 
     """Train the tiny model until greedy decoding reproduces each target after its prompt."""
     model, tok = eng.model, eng.tokenizer
     data = [(p, tok.encode(t, add_special_tokens=False).ids) for p, t in examples]
-    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
     for _ in range(max_steps):
         loss, right = 0.0, True
         for prompt, target in data:
@@ -319,8 +319,10 @@ def _teach(eng: Engine, examples: list[tuple[list[int], str]], max_steps: int = 
 
 @pytest.fixture(scope="module")
 def tool_server(tmp_path_factory):
-    eng = Engine.load(write_random_model(tmp_path_factory.mktemp("m") / "tool", family="ar", seed=1),
-                      dtype=torch.float32)
+    # dim 16: small enough that training takes seconds, big enough to learn two turns by heart
+    folder = write_random_model(tmp_path_factory.mktemp("m") / "tool", family="ar", seed=1, dim=16, heads=2,
+                                kv_heads=1, intermediate=32)
+    eng = Engine.load(folder, dtype=torch.float32)
     call = {"id": "call_0", "type": "function",
             "function": {"name": "lookup_patient", "arguments": json.dumps({"patient_name": "John Smith"})}}
     after_tool = CALLER + [{"role": "assistant", "content": None, "tool_calls": [call]},
