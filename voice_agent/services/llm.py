@@ -148,7 +148,7 @@ class EngineLLMService(LLMService):
             task.cancel()
             raise
         except Exception as e:
-            logger.exception(f"{self}: tool {name} failed")
+            logger.warning(f"{self}: tool {name} failed: {type(e).__name__}: {e}")
             result = {"error": f"{name} failed: {type(e).__name__}: {e}"}
         logger.debug(f"{self}: tool {name}({args}) -> {result} in {(time.perf_counter() - t0) * 1000:.0f} ms")
         return result

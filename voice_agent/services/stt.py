@@ -85,9 +85,13 @@ def whisper_model_path(stt_model: str = "tiny.en") -> Path:
     return path
 
 
+def load_whisper(model_dir: str | Path, cpu_threads: int = 2) -> WhisperModel:
+    """One model per process and folder; int8 on CPU is the fast setting measured in STACK.md."""
+    return _load_whisper(str(model_dir), int(cpu_threads))  # one cache key however it is called
+
+
 @functools.lru_cache(maxsize=4)
-def load_whisper(model_dir: str, cpu_threads: int = 2) -> WhisperModel:
-    """One model per process; int8 on CPU is the fast setting measured in STACK.md."""
+def _load_whisper(model_dir: str, cpu_threads: int) -> WhisperModel:
     return WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=cpu_threads)
 
 
