@@ -215,7 +215,8 @@ class Scheduler:
             if self._stop:
                 raise Rejected("the server is shutting down", retry_after=5)
             waiting = len(self.queue)
-            if waiting >= self.max_queue and len(self.active) >= self.max_batch:
+            free_rows = max(0, self.max_batch - len(self.active))
+            if waiting >= self.max_queue + free_rows:
                 self.stats.rejected_full += 1
                 raise QueueFull(
                     f"server busy: {len(self.active)} requests decoding and {waiting} queued "
