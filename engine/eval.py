@@ -115,16 +115,37 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
             rep_s += n_r
             rep_t += n
             rep_teacher += repeats(t_ids)[0] / repeats(t_ids)[1] * n
-    mean = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+    sums = {"tok": tok, "fwd": fwd, "r_teacher": sum(r_teacher), "r_own": sum(r_own), "n_chat": len(r_teacher),
+            "tool_ok": tool_ok, "tool_n": tool_n, "rep_s": rep_s, "rep_t": rep_t, "rep_teacher": rep_teacher,
+            "n_prompts": len(recs)}
+    return summarize(sums)
+
+
+def summarize(sums: dict) -> dict:
+    """Quality metrics from raw sums (so shards of one evaluation can be merged exactly)."""
+    n_chat = sums["n_chat"]
     return {
-        "tokens_per_forward": round(tok / max(fwd, 1), 3),
-        "rouge_l_vs_teacher": mean(r_teacher),
-        "rouge_l_vs_own_ar": mean(r_own),
-        "repeat_rate": round(max(0.0, (rep_s - rep_teacher) / max(rep_t, 1)), 4),
-        "tool_call_valid_rate": round(tool_ok / tool_n, 4) if tool_n else None,
-        "n_prompts": len(recs),
-        "n_tool_prompts": tool_n,
+        "tokens_per_forward": round(sums["tok"] / max(sums["fwd"], 1), 3),
+        "rouge_l_vs_teacher": round(sums["r_teacher"] / n_chat, 4) if n_chat else None,
+        "rouge_l_vs_own_ar": round(sums["r_own"] / n_chat, 4) if n_chat else None,
+        "repeat_rate": round(max(0.0, (sums["rep_s"] - sums["rep_teacher"]) / max(sums["rep_t"], 1)), 4),
+        "tool_call_valid_rate": round(sums["tool_ok"] / sums["tool_n"], 4) if sums["tool_n"] else None,
+        "n_prompts": sums["n_prompts"],
+        "n_tool_prompts": sums["tool_n"],
+        "sums": sums,
     }
+
+
+def merge(paths: list[Path]) -> dict:
+    """Combine the JSON lines of `--shard` runs into one result (quality from summed counts,
+    speed from the first shard)."""
+    parts = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
+    keys = parts[0]["sums"].keys()
+    total = summarize({k: sum(p["sums"][k] for p in parts) for k in keys})
+    out = dict(parts[0])
+    out.update(total)
+    out["shards"] = len(parts)
+    return out
 
 
 def speed(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> dict:
@@ -167,8 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=0, help="override the adapter's block size")
     p.add_argument("--threshold", type=float, default=None, help="override the effort's threshold")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--shard", default="", help="K/N: evaluate every N-th held-out prompt from K (run N in parallel)")
+    p.add_argument("--merge", nargs="+", type=Path, help="merge the --json outputs of shard runs and print the result")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.merge:
+        print(json.dumps(merge(a.merge)))
+        return 0
     if a.threads:
         torch.set_num_threads(a.threads)
     eng = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None)
@@ -181,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     recs = load_heldout(a.heldout)
     if a.limit:
         recs = recs[: a.limit]
+    if a.shard:
+        k, n = (int(x) for x in a.shard.split("/"))
+        recs = recs[k::n]
     t0 = time.time()
     table = {}
     for eff in [e for e in a.table_efforts.split(",") if e and e != a.effort]:
@@ -204,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         "block_size": eng.family.block_size,
         **head,
         **spd,
+        "shard": a.shard or None,
         "instant": {"tokens_per_forward": table.get("instant", {}).get("tokens_per_forward"), **inst},
         "by_effort": table,
         "eval_minutes": round((time.time() - t0) / 60, 1),

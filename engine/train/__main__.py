@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     TrainConfig.add_arguments(f)
     e = sub.add_parser("export", help="write the adapter safetensors (+ model card fields)")
     e.add_argument("--run", type=Path, required=True)
+    e.add_argument("--block-size", type=int, default=4, help="the block size the engine decodes with (choose by engine.eval)")
     e.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "weights" / "default_adapter.safetensors")
     args = p.parse_args(argv)
     if args.cmd == "data":
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from engine.train.trainer import export
 
-        export(args.run, args.out)
+        export(args.run, args.out, block_size=args.block_size)
     return 0
 
 
