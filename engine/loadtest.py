@@ -15,9 +15,11 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -213,6 +215,9 @@ class SpawnedServer:
         self.log.close()
 
     def __enter__(self) -> SpawnedServer:
+        # SIGTERM must unwind through stop(), or the server would outlive us.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
             self.wait_ready()
         except BaseException:

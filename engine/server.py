@@ -487,7 +487,8 @@ def run_from_args(args) -> int:
     app = create_app(engine, cfg)
     print(f"serving {engine.model_name} as {model_id!r} on http://{args.host}:{args.port}/v1 "
           f"(max batch {cfg.max_batch}, queue {cfg.max_queue}, auth {'on' if key else 'off'})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # Open streams get a few seconds on shutdown, then are cut: a stuck client must not keep us up.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
 
 
