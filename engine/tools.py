@@ -70,7 +70,9 @@ def parse_tool_calls(text: str, tools: list[dict]) -> ParsedToolCalls:
     for m in TOOL_CALL_RE.finditer(text):
         body = m.group(1).strip()
         try:
-            obj = json.loads(body)
+            # The first complete JSON object is the call; a mangled closing tag after it
+            # ("...}}\ntool_call>") does not make a valid call invalid.
+            obj, _ = json.JSONDecoder().raw_decode(body)
         except json.JSONDecodeError as e:
             errors.append(f"tool call is not valid JSON ({e.msg}): {body[:120]!r}")
             continue

@@ -176,3 +176,11 @@ def test_warming_a_session_caches_the_system_prompt_before_the_first_turn(tiny_d
     scratch = tiny_dllm.chat(CALL, tools=TOOLS, reasoning_effort="instant", max_tokens=8)
     assert first.raw_text == scratch.raw_text
     assert first.metrics["cached_tokens"] == held
+
+
+def test_a_complete_call_with_a_mangled_closing_tag_still_parses():
+    from engine.tools import parse_tool_calls, validate_tools
+
+    text = '<tool_call>\n{"name": "find_free_slots", "arguments": {"date": "2026-12-01"}}\ntool_call>'
+    parsed = parse_tool_calls(text, validate_tools(TOOLS))
+    assert [c["function"]["name"] for c in parsed.calls] == ["find_free_slots"] and not parsed.errors
