@@ -250,7 +250,8 @@ class Soak:
             "statuses": {str(k): v for k, v in sorted(t.statuses.items())},
             "good_completion_tokens": t.good_tokens,
             "rss_mb": {"first": t.rss[0][1] if t.rss else None, "after_warmup": base, "final": final,
-                       "max": max((mb for _, mb in t.rss), default=None), "samples": len(t.rss)},
+                       "max": max((mb for _, mb in t.rss), default=None), "samples": len(t.rss),
+                       "series": t.rss},
             "server": {k: health.get(k) for k in ("completed", "failed", "cancelled", "rejected_full", "timed_out",
                                                   "sessions", "session_evictions", "mean_batch", "prefix_hits")},
             "failures": t.failures,
@@ -279,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
     r = report["rss_mb"]
     print(f"  server RSS MB: first {r['first']}, after warm-up {r['after_warmup']}, final {r['final']}, "
           f"max {r['max']} ({r['samples']} samples)")
+    print("  RSS by requests done: " + " ".join(f"{n}:{mb:.0f}" for n, mb in r["series"]))
     print(f"  server: {report['server']}")
     for name, ok in report["checks"].items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
