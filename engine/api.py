@@ -432,15 +432,8 @@ class Request:
         if self.session is not None:
             s = self.session
             s.tokens = (self.tokens + st.generated)[: int(row_cache.lengths[0])]
-            s.history = list(self.messages) + [_history_message(result)]
+            s.history = list(self.messages) + [result.message()]
         return result
-
-
-def _history_message(result: ChatResult) -> dict:
-    m = result.message()
-    if result.reasoning:
-        m["reasoning_content"] = result.reasoning
-    return m
 
 
 def best_cpu_dtype() -> torch.dtype:
