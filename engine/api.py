@@ -10,12 +10,13 @@ from pathlib import Path
 
 import torch
 
-from engine.chat_format import ChatFormat, MessageError, OutputParser, validate_messages
+from engine.chat_format import CALL_OPEN, ChatFormat, MessageError, OutputParser, validate_messages
 from engine.decode import BlockDecoder, DecodeParams, SeqState
 from engine.effort import EFFORTS, get_effort
 from engine.families import FAMILIES, Family
 from engine.kv_cache import KVCache
 from engine.loading import LoadedCheckpoint, load_hf_folder, smollm2_folder
+from engine.tool_guide import ToolCallGuide
 from engine.tools import ToolSchemaError, parse_tool_calls, validate_tools
 
 DEFAULT_ADAPTER = Path(__file__).parent / "weights" / "default_adapter.safetensors"
@@ -103,6 +104,8 @@ class Engine:
         self.decoder = BlockDecoder(self.model, family, mask_id)
         self.eos_ids = self._eos_ids()
         self.supports_thinking = family.name in ("smollm2-dllm", "sdar", "ar") and not chat_format.jinja_template
+        # Tool calls keep to the tools' schemas (engine/tool_guide.py); False: the model writes them alone.
+        self.guided_tools = True
         self._lock = threading.Lock()
 
     # -- loading -------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class Engine:
     def prepare(self, messages, tools=None, tool_choice=None, reasoning_effort: str = "low",
                 max_tokens: int = 256, session: Session | None = None, stop=None,
                 temperature: float = 0.0, seed: int | None = None, block_size: int | None = None,
-                threshold: float | None = None) -> Request:
+                threshold: float | None = None, guided_tools: bool | None = None) -> Request:
         """Check a request and turn it into tokens and decoding parameters (no model work)."""
         try:
             validate_messages(messages)
@@ -237,8 +240,14 @@ class Engine:
             temperature=float(temperature),
             seed=seed,
         )
-        return Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
-                       thinking, prefix, stops, session, reasoning_effort)
+        req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
+                      thinking, prefix, stops, session, reasoning_effort)
+        if tools and (self.guided_tools if guided_tools is None else guided_tools):
+            req.guide_tools = True
+            if prefix:  # the prompt already opened the call: guide it from the first block
+                named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
+                req.guide = ToolCallGuide(tools, forced_name=named, opened=named is None)
+        return req
 
     def warm(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int:
         """Prefill a call's fixed prefix (system prompt + tools) into its session before the caller
@@ -300,6 +309,8 @@ class Request:
         self.ttfat_ms: float | None = None
         self.reasoning_closed = not thinking
         self.stopped_by_string = False
+        self.guide_tools = False
+        self.guide: ToolCallGuide | None = None
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -332,6 +343,8 @@ class Request:
         st = self.state
         if not st.new_final:
             return []
+        if self.guide_tools:
+            self._guide_tool_call()
         if self.ttft_ms is None:
             self.ttft_ms = self._ms()
         tok = self.engine.tokenizer
@@ -357,6 +370,42 @@ class Request:
             self.engine.decoder._new_block(st)
             self.reasoning_closed = True
         return events
+
+    def _guide_tool_call(self) -> None:
+        """A block just finished: if it is part of a tool call, let the guide keep the call inside
+        the schemas, by rewriting the finished block (not yet in the cache) and infilling skeleton."""
+        st = self.state
+        n = len(st.pending)
+        if not n or (st.done and st.finish_reason != "stop") or (self.guide is not None and self.guide.done):
+            return
+        tok = self.engine.tokenizer
+        tail = st.generated[-n:]
+        ended = st.done and tail and tail[-1] in st.eos_ids
+        ids = tail[:-1] if ended else tail  # an end-of-turn inside an open call is not the end
+        text = tok.decode(ids, skip_special_tokens=False)
+        start = 0
+        if self.guide is None:
+            head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
+            k = (head + text).find(CALL_OPEN)
+            if k < 0 or k + len(CALL_OPEN) <= len(head):
+                return
+            start = k + len(CALL_OPEN) - len(head)
+            self.guide = ToolCallGuide(self.tools)
+        edit = self.guide.feed(text[start:])
+        if edit is None and not ended:
+            return
+        keep = start + (edit.keep if edit else len(text) - start)
+        kept = tok.encode(text[:keep], add_special_tokens=False).ids
+        new = tok.encode(text[:keep] + (edit.forced if edit else ""), add_special_tokens=False).ids
+        del st.generated[-n:]
+        st.generated.extend(new)
+        st.pending, st.new_final = list(new), list(new)
+        st.infilled += max(0, len(new) - len(kept))
+        if edit is not None and edit.done:
+            st.done, st.finish_reason, st.block, st.committed = True, "stop", [], []
+        else:
+            st.done, st.finish_reason = False, None
+            self.engine.decoder._new_block(st)
 
     def run_alone(self) -> Iterator[StreamEvent]:
         eng = self.engine
@@ -408,7 +457,9 @@ class Request:
             "decode_ms": round(decode_s * 1000, 2),
             "total_ms": round(self._ms(), 2),
             "decode_tok_s": round(n / decode_s, 2),
-            "tokens_per_forward": round(n / max(st.forward_passes, 1), 3),
+            # Only what the model decoded: infilled text (the tool-call skeleton) came for free.
+            "tokens_per_forward": round((n - st.infilled) / max(st.forward_passes, 1), 3),
+            "infilled_tokens": st.infilled,
             "forward_passes": st.forward_passes,
             "completion_tokens": n,
             "reasoning_tokens": self.engine.count_tokens(reasoning) if reasoning else 0,

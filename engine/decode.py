@@ -46,6 +46,7 @@ class SeqState:
     done: bool = False
     finish_reason: str | None = None
     forward_passes: int = 0
+    infilled: int = 0  # tokens the engine wrote without the model (forced text, tool-call skeleton)
     generator: torch.Generator | None = None
 
     def remaining(self) -> int:
@@ -107,6 +108,7 @@ class BlockDecoder:
 
     def _new_block(self, st: SeqState) -> None:
         if st.forced:
+            st.infilled += len(st.forced)
             st.generated.extend(st.forced)
             st.pending.extend(st.forced)
             st.new_final.extend(st.forced)

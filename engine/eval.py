@@ -67,7 +67,8 @@ def tools_of(rec: dict) -> list[dict]:
 def decode_pair(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> tuple[list[Request], list[Request]]:
     """Decode many prompts in one batch, as diffusion and as AR on the same weights. The prompts
     are prefilled once; the AR pass starts from a fork of the same cache."""
-    mk = lambda e: [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens) for r in recs]  # noqa: E731
+    mk = lambda e: [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens)  # noqa: E731
+                    for r in recs]
     d_reqs, a_reqs = mk(eng), mk(ar)
     cache = eng.new_cache(batch=len(d_reqs), capacity=1024)
     cache.ensure(max(len(q.tokens) for q in d_reqs) + max_tokens + 32)
@@ -92,19 +93,25 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
             desc: str) -> dict:
     from engine.train.teacher import clean_answer
 
-    r_teacher, r_own, tool_ok, tool_n = [], [], 0, 0
+    r_teacher, r_own, tool_ok, tool_n, tool_name, tool_exact = [], [], 0, 0, 0, 0
     rep_s = rep_t = rep_teacher = 0
     tok = fwd = 0
     for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
         chunk = recs[i : i + batch]
         d, a = decode_pair(eng, ar, chunk, effort, max_tokens)
         for rec, qd, qa in zip(chunk, d, a, strict=True):
-            tok += len(qd.state.generated)
+            tok += len(qd.state.generated) - qd.state.infilled  # decoded by the model, not infilled
             fwd += qd.state.forward_passes
             if rec.get("tool_call"):
                 tool_n += 1
                 parsed = parse_tool_calls(qd.prefix + qd.parser.tool_text, tools_of(rec)) if qd.parser.tool_text else None
-                tool_ok += bool(parsed and parsed.calls and not parsed.errors)
+                ok = bool(parsed and parsed.calls and not parsed.errors)
+                tool_ok += ok
+                if ok:  # valid is not enough: is it the call the turn asked for?
+                    call = parsed.calls[0]["function"]
+                    tool_name += call["name"] == rec["tool_call"]["name"]
+                    tool_exact += (call["name"] == rec["tool_call"]["name"]
+                                   and json.loads(call["arguments"]) == rec["tool_call"]["arguments"])
                 continue
             teacher = clean_answer(rec["teacher_answer"])
             r_teacher.append(rouge_l(qd.result.text, teacher))
@@ -116,7 +123,7 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
             rep_t += n
             rep_teacher += repeats(t_ids)[0] / repeats(t_ids)[1] * n
     sums = {"tok": tok, "fwd": fwd, "r_teacher": sum(r_teacher), "r_own": sum(r_own), "n_chat": len(r_teacher),
-            "tool_ok": tool_ok, "tool_n": tool_n, "rep_s": rep_s, "rep_t": rep_t, "rep_teacher": rep_teacher,
+            "tool_ok": tool_ok, "tool_n": tool_n, "tool_name": tool_name, "tool_exact": tool_exact, "rep_s": rep_s, "rep_t": rep_t, "rep_teacher": rep_teacher,
             "n_prompts": len(recs)}
     return summarize(sums)
 
@@ -130,6 +137,9 @@ def summarize(sums: dict) -> dict:
         "rouge_l_vs_own_ar": round(sums["r_own"] / n_chat, 4) if n_chat else None,
         "repeat_rate": round(max(0.0, (sums["rep_s"] - sums["rep_teacher"]) / max(sums["rep_t"], 1)), 4),
         "tool_call_valid_rate": round(sums["tool_ok"] / sums["tool_n"], 4) if sums["tool_n"] else None,
+        # Of all tool turns: the right function; the right function with exactly the target arguments.
+        "tool_name_match_rate": round(sums.get("tool_name", 0) / sums["tool_n"], 4) if sums["tool_n"] else None,
+        "tool_args_exact_rate": round(sums.get("tool_exact", 0) / sums["tool_n"], 4) if sums["tool_n"] else None,
         "n_prompts": sums["n_prompts"],
         "n_tool_prompts": sums["tool_n"],
         "sums": sums,
@@ -141,7 +151,7 @@ def merge(paths: list[Path]) -> dict:
     speed from the first shard)."""
     parts = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
     keys = parts[0]["sums"].keys()
-    total = summarize({k: sum(p["sums"][k] for p in parts) for k in keys})
+    total = summarize({k: sum(p["sums"].get(k, 0) for p in parts) for k in keys})
     out = dict(parts[0])
     out.update(total)
     out["shards"] = len(parts)
@@ -188,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=0, help="override the adapter's block size")
     p.add_argument("--threshold", type=float, default=None, help="override the effort's threshold")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-tool-guide", action="store_true",
+                   help="let the model write tool calls unguided (default: schema-guided, as served)")
+    p.add_argument("--tool-prompts-only", action="store_true", help="evaluate only the held-out tool turns")
     p.add_argument("--shard", default="", help="K/N: evaluate every N-th held-out prompt from K (run N in parallel)")
     p.add_argument("--merge", nargs="+", type=Path, help="merge the --json outputs of shard runs and print the result")
     p.add_argument("--json", action="store_true")
@@ -203,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
 
         for k, v in list(eff_mod.EFFORTS.items()):
             eff_mod.EFFORTS[k] = type(v)(v.thinking_budget, a.threshold, v.steps_per_block)
+    eng.guided_tools = not a.no_tool_guide
     ar = eng.variant(family="ar")
     recs = load_heldout(a.heldout)
+    if a.tool_prompts_only:
+        recs = [r for r in recs if r.get("tool_call")]
     if a.limit:
         recs = recs[: a.limit]
     if a.shard:
@@ -230,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": eng.model_name,
         "adapter": eng.info.get("adapter", {}),
         "reasoning_effort": a.effort,
+        "tool_guide": not a.no_tool_guide,
         "block_size": eng.family.block_size,
         **head,
         **spd,

@@ -1,0 +1,186 @@
+"""Schema-guided tool calls: keep a call the model is writing inside the tools' JSON schemas.
+
+Once the model opens `<tool_call>`, the call's skeleton (braces, quotes, `"name"`, `"arguments"`,
+property keys, separators) is *infilled* by the engine, and only the open slots are decoded by the
+model: the function name, each key, each value. Slots with a closed set of answers (names, keys,
+enums, booleans) are snapped to the nearest allowed answer; free strings and numbers are read until
+they end. Required properties are always written; the model decides on optional ones.
+
+The guide sees text one finished block at a time and answers with an `Edit`: how many characters of
+the block to keep, and the skeleton text to force after them. A small model thereby cannot produce
+an unknown tool, a missing required argument or broken JSON, and the skeleton costs no forward pass.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+
+NAME_OPEN = '\n{"name": "'
+CLOSE = "}}\n</tool_call>"
+MAX_SLOT_CHARS = 96  # a runaway value is cut here and closed
+SNAP_SLOTS = ("name", "key", "enum", "boolean")
+
+
+@dataclass
+class Edit:
+    keep: int  # characters of the block text to keep
+    forced: str  # skeleton text to append after them
+    done: bool = False  # the call is complete: end the turn
+
+
+def _json_type(spec: dict) -> str:
+    t = spec.get("type", "string")
+    if isinstance(t, list):
+        t = next((x for x in t if x != "null"), "string")
+    if "enum" in spec and all(isinstance(v, str) for v in spec["enum"]):
+        return "enum"
+    return t if t in ("string", "integer", "number", "boolean") else "json"
+
+
+def snap(text: str, options: list[str]) -> str:
+    """The allowed option nearest to what the model wrote (prefix matches first)."""
+    pref = [o for o in options if o.startswith(text)] or [o for o in options if text.startswith(o)]
+    pool = pref or options
+    return max(pool, key=lambda o: (difflib.SequenceMatcher(None, text, o).ratio(), -len(o)))
+
+
+class ToolCallGuide:
+    def __init__(self, tools: list[dict], forced_name: str | None = None, opened: bool = False) -> None:
+        """`forced_name`: the prompt already holds the call up to `"arguments": ` (tool_choice named
+        a function); `opened`: it holds `<tool_call>\n` (tool_choice "required")."""
+        self.schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+        self.expect = NAME_OPEN[1:] if opened else NAME_OPEN  # skeleton the model should write next
+        self.slot = "name"
+        self.slot_text = ""  # this slot's text from earlier blocks: already committed
+        self.props: dict = {}
+        self.required: list[str] = []
+        self.remaining: list[str] = []
+        self.key = ""
+        self.done = False
+        self.forced_chars = 0
+        if forced_name is not None:  # tool_choice named a function: the prompt holds its opening
+            self.slot = ""
+            self.expect = self._enter_arguments(forced_name)
+
+    # -- the grammar ------------------------------------------------------------------------
+    def _enter_arguments(self, name: str) -> str:
+        schema = self.schemas[name]
+        self.props = schema.get("properties", {}) or {}
+        self.required = [k for k in schema.get("required", []) if k in self.props]
+        self.remaining = list(self.props)
+        return "{" + self._next_member(first=True)
+
+    def _next_member(self, first: bool) -> str:
+        """Skeleton after '{' or after a value: the next key's opening, or the close."""
+        need = [k for k in self.required if k in self.remaining]
+        if need:
+            self._open("key")
+            return ('"' if first else ', "')
+        if self.remaining:
+            self._open("more" if not first else "first")
+            return ""
+        self.done = True
+        return CLOSE
+
+    def _open(self, slot: str) -> None:
+        self.slot, self.slot_text = slot, ""
+
+    def _key_options(self) -> list[str]:
+        need = [k for k in self.required if k in self.remaining]
+        return need or self.remaining
+
+    def _after_key(self, key: str) -> str:
+        self.key = key
+        self.remaining.remove(key)
+        kind = _json_type(self.props[key])
+        self._open(kind)
+        return '": ' + ('"' if kind in ("string", "enum") else "")
+
+    def _finish_snap(self, value: str) -> str:
+        """A snap slot (name, key, enum, boolean) resolved to `value`: the skeleton after it."""
+        if self.slot == "name":
+            return '", "arguments": ' + self._enter_arguments(value)
+        if self.slot == "key":
+            return self._after_key(value)
+        if self.slot == "enum":
+            return '"' + self._next_member(first=False)
+        return self._next_member(first=False)  # boolean
+
+    def _options(self) -> list[str]:
+        if self.slot == "name":
+            return list(self.schemas)
+        if self.slot == "key":
+            return self._key_options()
+        if self.slot == "enum":
+            return [str(v) for v in self.props[self.key]["enum"]]
+        return ["true", "false"]
+
+    # -- reading one block ----------------------------------------------------------------
+    def feed(self, text: str) -> Edit | None:
+        """Read one finished block of model text; None keeps it all and waits for more."""
+        i = slot_start = 0
+        while True:
+            if self.expect:  # the model may write the skeleton itself; where it strays, force it
+                if i < len(text) and text[i] == self.expect[0]:
+                    self.expect = self.expect[1:]
+                    i += 1
+                    slot_start = i
+                    continue
+                return self._force(i, self.expect)
+            if self.done:
+                return self._force(i, "")
+            if i == len(text):
+                break
+            c, here = text[i], self.slot_text + text[slot_start:i]
+            if self.slot in SNAP_SLOTS:
+                if (c == '"') if self.slot != "boolean" else not c.isalpha():
+                    return self._resolve(slot_start, here)
+            elif self.slot == "string":
+                if c == '"' and not here.endswith("\\"):
+                    self.expect = '"' + self._next_member(first=False)
+                    continue
+                if len(here) >= MAX_SLOT_CHARS:
+                    return self._force(i, '"' + self._next_member(first=False))
+            elif self.slot in ("integer", "number"):
+                if c not in "-+.0123456789eE" or len(here) >= 24:
+                    return self._force(i, ("" if here.strip() else "0") + self._next_member(first=False))
+            elif self.slot in ("first", "more"):
+                if not c.isspace():
+                    if c == ('"' if self.slot == "first" else ","):
+                        opening = '"' if self.slot == "first" else ', "'
+                        self._open("key")
+                        return self._force(i, opening)
+                    self.done = True
+                    return self._force(i, CLOSE)
+            else:  # "json": an array or object value, read until it parses
+                try:
+                    json.JSONDecoder().raw_decode(here.lstrip())
+                    return self._force(i, self._next_member(first=False))
+                except json.JSONDecodeError:
+                    if len(here) >= MAX_SLOT_CHARS:
+                        return self._force(slot_start, "null" + self._next_member(first=False))
+            i += 1
+        # The block ended inside a slot: a snap slot decides now if its text already picks one.
+        here = self.slot_text + text[slot_start:]
+        if self.slot in SNAP_SLOTS and here:
+            live = [o for o in self._options() if o.startswith(here)]
+            if len(live) <= 1:
+                return self._resolve(slot_start, here)
+        self.slot_text = here
+        return None
+
+    def _resolve(self, slot_start: int, here: str) -> Edit:
+        committed = self.slot_text
+        options = [o for o in self._options() if o.startswith(committed)] or self._options()
+        value = snap(here, options)
+        return self._force(slot_start, value[len(committed):] if value.startswith(committed) else "", then=value)
+
+    def _force(self, keep: int, forced: str, then: str | None = None) -> Edit:
+        if then is not None:
+            forced += self._finish_snap(then)
+        self.expect = ""
+        self.slot_text = ""
+        self.forced_chars += len(forced)
+        return Edit(keep, forced, self.done)

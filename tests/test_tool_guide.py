@@ -1,0 +1,118 @@
+"""Schema-guided tool calls: the guide's grammar on text, and the engine infilling a call's skeleton."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine import Engine
+from engine.tool_guide import ToolCallGuide, snap
+from engine.tools import parse_tool_calls, validate_tools
+from engine.train.prompts import load_scenario_tools
+from tests.tiny_models import save_tiny
+
+DENTAL_TOOLS = validate_tools(load_scenario_tools("dental_receptionist")[1])
+CALL = [{"role": "system", "content": "You are a receptionist."}, {"role": "user", "content": "Cancel for Tom Smith."}]
+
+
+def _continue_from(out: str, target: str) -> int:
+    """Where a model that means to write `target` carries on after the text so far (forced skeleton
+    included): just after the longest tail of `out` found in `target`."""
+    if target.startswith(out):
+        return len(out)
+    for n in range(min(len(out), 30), 2, -1):
+        i = target.rfind(out[-n:])
+        if i >= 0:
+            return i + n
+    return len(target)
+
+
+def guide_text(target: str, block_chars: int, **kw) -> tuple[str, ToolCallGuide]:
+    """Feed a model that writes `target` in blocks of `block_chars` characters through a guide."""
+    g, out = ToolCallGuide(DENTAL_TOOLS, **kw), ""
+    for _ in range(100):
+        pos = _continue_from(out, target)
+        block = target[pos : pos + block_chars] or "<|im_end|>"
+        edit = g.feed(block)
+        out += block if edit is None else block[: edit.keep] + edit.forced
+        if g.done:
+            break
+    return out, g
+
+
+def _call(out: str) -> dict:
+    parsed = parse_tool_calls("<tool_call>" + out, DENTAL_TOOLS)
+    assert not parsed.errors, parsed.errors
+    fn = parsed.calls[0]["function"]
+    return {"name": fn["name"], "arguments": json.loads(fn["arguments"])}
+
+
+@pytest.mark.parametrize("block_chars", [1, 3, 7, 40])
+def test_a_well_formed_call_passes_through_unchanged(block_chars):
+    target = ('\n{"name": "book_appointment", "arguments": {"patient_name": "Maria Lopez", '
+              '"date": "2026-12-03", "time": "10:00", "service": "cleaning"}}\n</tool_call>')
+    out, g = guide_text(target, block_chars)
+    assert out == target and g.done
+
+
+@pytest.mark.parametrize("block_chars", [3, 5, 11])
+def test_wrong_names_keys_and_enums_are_snapped_into_the_schema(block_chars):
+    out, g = guide_text('\n{"name": "cancelation", "args": {"name": "Tom Smith"}}', block_chars)
+    assert g.done and _call(out) == {"name": "cancel_appointment", "arguments": {"patient_name": "Tom Smith"}}
+    out, _ = guide_text('\n{"name": "find_free_slots", "arguments": {"date": "2026-12-02", "service": "clean"}}',
+                        block_chars)
+    assert _call(out)["arguments"] == {"date": "2026-12-02", "service": "cleaning"}
+
+
+def test_a_call_closed_too_early_still_gets_every_required_argument():
+    out, g = guide_text('\n{"name": "move_appointment", "arguments": {"patient_name": "Wei Chen"}}', 5)
+    args = _call(out)["arguments"]
+    assert g.done and set(args) == {"patient_name", "new_date", "new_time"}
+
+
+def test_optional_arguments_are_the_models_choice():
+    out, _ = guide_text('\n{"name": "find_free_slots", "arguments": {"date": "2026-12-02"}}\n</tool_call>', 4)
+    assert _call(out)["arguments"] == {"date": "2026-12-02"}
+
+
+def test_runaway_values_and_junk_end_in_a_parseable_call():
+    out, g = guide_text('\n{"name": "lookup_patient", "arguments": {"patient_name": "' + "la " * 80, 6)
+    assert g.done and len(_call(out)["arguments"]["patient_name"]) <= 100
+    out, g = guide_text("  umm I think book it", 5)
+    assert g.done and _call(out)["name"] in {t["function"]["name"] for t in DENTAL_TOOLS}
+
+
+def test_prompt_opened_calls_resume_where_the_prompt_stopped():
+    out, g = guide_text('{"date": "2026-12-01"}}\n</tool_call>', 4, forced_name="find_free_slots")
+    assert g.done and json.loads(out[: out.rindex("}")]) == {"date": "2026-12-01"}
+    out, g = guide_text('{"name": "lookup_patient", "arguments": {"patient_name": "Wei Chen"}}', 4, opened=True)
+    assert g.done and _call("\n" + out)["arguments"] == {"patient_name": "Wei Chen"}
+
+
+def test_snap_prefers_a_prefix_match():
+    assert snap("book", ["find_free_slots", "book_appointment"]) == "book_appointment"
+    assert snap("cancellation", ["cancel_appointment", "lookup_patient"]) == "cancel_appointment"
+
+
+@pytest.fixture(scope="module")
+def tiny_dllm(tmp_path_factory):
+    folder = save_tiny(tmp_path_factory.mktemp("tiny") / "qwen2", "qwen2", seed=1)
+    return Engine.load(folder, dtype=torch.float32, family="smollm2-dllm", block_size=4)
+
+
+def test_the_engine_infills_a_schema_valid_call_even_from_random_weights(tiny_dllm):
+    """A random-weight model writes junk; with the guide a required call is still schema-valid,
+    the infilled skeleton is counted, and it is not counted as decoded tokens."""
+    res = tiny_dllm.chat(CALL, tools=DENTAL_TOOLS, tool_choice="required", max_tokens=200, reasoning_effort="instant")
+    assert res.finish_reason == "tool_calls" and not res.tool_errors
+    assert res.metrics["infilled_tokens"] > 0
+    decoded = res.metrics["completion_tokens"] - res.metrics["infilled_tokens"]
+    assert res.metrics["tokens_per_forward"] == pytest.approx(decoded / res.metrics["forward_passes"], abs=1e-3)
+    named = tiny_dllm.chat(CALL, tools=DENTAL_TOOLS, max_tokens=200, reasoning_effort="instant",
+                           tool_choice={"type": "function", "function": {"name": "cancel_appointment"}})
+    assert [c["function"]["name"] for c in named.tool_calls] == ["cancel_appointment"] and not named.tool_errors
+    raw = tiny_dllm.chat(CALL, tools=DENTAL_TOOLS, tool_choice="required", max_tokens=40,
+                         reasoning_effort="instant", guided_tools=False)
+    assert not raw.tool_calls  # unguided, random weights do not write a valid call
