@@ -380,8 +380,9 @@ class Request:
             return
         tok = self.engine.tokenizer
         tail = st.generated[-n:]
-        ended = st.done and tail and tail[-1] in st.eos_ids
-        ids = tail[:-1] if ended else tail  # an end-of-turn inside an open call is not the end
+        # An end of turn inside an open call is not the end: drop it (later ones are banned below).
+        ended = st.done and bool(tail) and tail[-1] in st.eos_ids
+        ids = tail[:-1] if ended else tail
         text = tok.decode(ids, skip_special_tokens=False)
         start = 0
         if self.guide is None:
@@ -391,6 +392,7 @@ class Request:
                 return
             start = k + len(CALL_OPEN) - len(head)
             self.guide = ToolCallGuide(self.tools)
+        st.banned = st.eos_ids
         edit = self.guide.feed(text[start:])
         if edit is None and not ended:
             return
@@ -403,6 +405,7 @@ class Request:
         st.infilled += max(0, len(new) - len(kept))
         if edit is not None and edit.done:
             st.done, st.finish_reason, st.block, st.committed = True, "stop", [], []
+            st.banned = frozenset()
         else:
             st.done, st.finish_reason = False, None
             self.engine.decoder._new_block(st)

@@ -47,6 +47,7 @@ class SeqState:
     finish_reason: str | None = None
     forward_passes: int = 0
     infilled: int = 0  # tokens the engine wrote without the model (forced text, tool-call skeleton)
+    banned: frozenset[int] = frozenset()  # tokens never committed (e.g. end of turn inside a tool call)
     generator: torch.Generator | None = None
 
     def remaining(self) -> int:
@@ -198,6 +199,8 @@ class BlockDecoder:
         if not open_pos:
             return
         logits = self._predictions(s, out, npend, n_block)[open_pos]
+        if s.banned:
+            logits[:, list(s.banned)] = float("-inf")
         probs = torch.softmax(logits / max(s.params.temperature, 1e-6) if s.params.temperature > 0 else logits, -1)
         if s.params.temperature > 0:
             tok = torch.multinomial(probs, 1, generator=s.generator).squeeze(-1)

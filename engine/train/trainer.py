@@ -50,11 +50,30 @@ class TrainConfig:
     def add_arguments(cls, p: argparse.ArgumentParser) -> None:
         for f in fields(cls):
             typ = Path if f.type in ("Path", Path) else {"int": int, "float": float, "str": str}.get(str(f.type), str)
-            p.add_argument(f"--{f.name.replace('_', '-')}", type=typ, default=f.default)
+            p.add_argument(f"--{f.name.replace('_', '-')}", type=typ, default=f.default, help=HELP.get(f.name))
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> TrainConfig:
         return cls(**{f.name: getattr(a, f.name) for f in fields(cls)})
+
+
+HELP = {
+    "data": "corpus folder written by `engine.train data` (train.jsonl is re-read as it grows)",
+    "run": "run folder: ckpt.pt, log.jsonl, config.json; an existing ckpt.pt is resumed",
+    "rank": "LoRA rank on q/k/v/o and gate/up/down of every layer",
+    "alpha": "LoRA alpha (scale = alpha / rank)",
+    "lr": "AdamW learning rate (constant after warmup)",
+    "warmup": "linear warmup steps",
+    "accum": "sequences per optimizer step",
+    "max_steps": "stop after this many optimizer steps (counted across resumes)",
+    "max_minutes": "stop when the run's total training time (across resumes) reaches this",
+    "block_sizes": "diffusion block sizes, one drawn per sequence (repeat one to weight it)",
+    "ar_weight": "weight of the clean-stream AR loss beside the masked-diffusion loss",
+    "ckpt_minutes": "checkpoint interval; SIGTERM/Ctrl-C also checkpoints before exiting",
+    "seed": "sampling seed",
+    "threads": "torch threads (1 is fastest on a shared 2-core box)",
+    "base": "'smollm2' (the bundled base) or the path of an HF model folder",
+}
 
 
 class LoRALinear(nn.Module):
@@ -300,7 +319,9 @@ def fit(cfg: TrainConfig) -> dict:
     t_start = time.time()
     last_ckpt = time.time()
     log = (cfg.run / "log.jsonl").open("a")
-    bar = tqdm(total=cfg.max_steps, initial=step, desc="train", unit="step")
+    # The run is bounded by time on CPU, so the bar counts minutes (steps are in the postfix).
+    bar = tqdm(total=round(cfg.max_minutes, 1), initial=round(elapsed0 / 60, 1), desc="train", unit="min",
+               bar_format="{l_bar}{bar}| {n:.1f}/{total} min [{elapsed}<{remaining}{postfix}]")
     ema = None
     stop = {"now": False}
 
@@ -345,8 +366,8 @@ def fit(cfg: TrainConfig) -> dict:
                               "lr": lr, "tokens_seen": tokens_seen, "elapsed_s": round(elapsed, 1),
                               "n_train_records": n_loaded}) + "\n")
         log.flush()
-        bar.update(1)
-        bar.set_postfix(diff=f"{ema:.3f}", ar=f"{la_sum:.3f}", tok=tokens_seen, data=n_loaded)
+        bar.update(round(elapsed / 60, 1) - bar.n)
+        bar.set_postfix(step=step, diff=f"{ema:.3f}", ar=f"{la_sum:.3f}", tok=tokens_seen, data=n_loaded)
         if time.time() - last_ckpt > cfg.ckpt_minutes * 60:
             save_ckpt(cfg.run, loras, mask_vec, opt, step, tokens_seen, elapsed)
             last_ckpt = time.time()
