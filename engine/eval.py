@@ -3,9 +3,12 @@
 Quality (batched, all held-out prompts, at --effort, default `low`):
   rouge_l_vs_teacher  ROUGE-L F1 of the answer against the AR teacher's (cleaned) answer
   rouge_l_vs_own_ar   against the same merged weights decoded one token at a time
+  rouge_l_own_ar_vs_teacher  that AR decoding against the teacher (training drift, parallelism aside)
   repeat_rate         adjacent duplicate tokens per committed token, minus the teacher's rate
   tool_call_valid_rate  parsed, known tool, schema-valid arguments, on held-out tool turns
-  tokens_per_forward  committed tokens / forward passes of block-diffusion decoding
+                      (tool calls are schema-guided as served; --no-tool-guide measures the raw model)
+  tool_name_match_rate / tool_args_exact_rate  the target function / and exactly its arguments
+  tokens_per_forward  model-decoded tokens / forward passes (infilled skeleton tokens not counted)
 Speed (batch 1, --speed-prompts prompts, same run, same weights):
   speedup_vs_ar       diffusion decode tok/s / AR decode tok/s
 A per-effort table is printed above the final JSON line.
@@ -93,7 +96,7 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
             desc: str) -> dict:
     from engine.train.teacher import clean_answer
 
-    r_teacher, r_own, tool_ok, tool_n, tool_name, tool_exact = [], [], 0, 0, 0, 0
+    r_teacher, r_own, r_ar_teacher, tool_ok, tool_n, tool_name, tool_exact = [], [], [], 0, 0, 0, 0
     rep_s = rep_t = rep_teacher = 0
     tok = fwd = 0
     for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
@@ -116,6 +119,7 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
             teacher = clean_answer(rec["teacher_answer"])
             r_teacher.append(rouge_l(qd.result.text, teacher))
             r_own.append(rouge_l(qd.result.text, qa.result.text))
+            r_ar_teacher.append(rouge_l(qa.result.text, teacher))
             ans_ids = eng.tokenizer.encode(qd.result.text, add_special_tokens=False).ids
             t_ids = eng.tokenizer.encode(teacher, add_special_tokens=False).ids
             n_r, n = repeats(ans_ids)
@@ -123,6 +127,7 @@ def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: 
             rep_t += n
             rep_teacher += repeats(t_ids)[0] / repeats(t_ids)[1] * n
     sums = {"tok": tok, "fwd": fwd, "r_teacher": sum(r_teacher), "r_own": sum(r_own), "n_chat": len(r_teacher),
+            "r_ar_teacher": sum(r_ar_teacher),
             "tool_ok": tool_ok, "tool_n": tool_n, "tool_name": tool_name, "tool_exact": tool_exact, "rep_s": rep_s, "rep_t": rep_t, "rep_teacher": rep_teacher,
             "n_prompts": len(recs)}
     return summarize(sums)
@@ -135,6 +140,8 @@ def summarize(sums: dict) -> dict:
         "tokens_per_forward": round(sums["tok"] / max(sums["fwd"], 1), 3),
         "rouge_l_vs_teacher": round(sums["r_teacher"] / n_chat, 4) if n_chat else None,
         "rouge_l_vs_own_ar": round(sums["r_own"] / n_chat, 4) if n_chat else None,
+        # The same weights decoded AR, against the teacher: what training changed, parallelism aside.
+        "rouge_l_own_ar_vs_teacher": round(sums.get("r_ar_teacher", 0) / n_chat, 4) if n_chat else None,
         "repeat_rate": round(max(0.0, (sums["rep_s"] - sums["rep_teacher"]) / max(sums["rep_t"], 1)), 4),
         "tool_call_valid_rate": round(sums["tool_ok"] / sums["tool_n"], 4) if sums["tool_n"] else None,
         # Of all tool turns: the right function; the right function with exactly the target arguments.
