@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from engine.chat_format import CALL_OPEN, ChatFormat, MessageError, OutputParser, validate_messages
+from engine.block_rewrite import rewrite_finished_block
+from engine.chat_format import ChatFormat, MessageError, OutputParser, validate_messages
 from engine.decode import BlockDecoder, DecodeParams, SeqState
 from engine.effort import EFFORTS, get_effort
 from engine.families import FAMILIES, Family
@@ -104,7 +105,8 @@ class Engine:
         self.decoder = BlockDecoder(self.model, family, mask_id)
         self.eos_ids = self._eos_ids()
         self.supports_thinking = family.name in ("smollm2-dllm", "sdar", "ar") and not chat_format.jinja_template
-        # Tool calls keep to the tools' schemas (engine/tool_guide.py); False: the model writes them alone.
+        # Tool calls keep to the tools' schemas and mangled control tags are repaired
+        # (engine/block_rewrite.py, engine/tool_guide.py); False: the model's text is left as it is.
         self.guided_tools = True
         self._lock = threading.Lock()
 
@@ -242,7 +244,9 @@ class Engine:
         )
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                       thinking, prefix, stops, session, reasoning_effort)
-        if tools and (self.guided_tools if guided_tools is None else guided_tools):
+        guided = self.guided_tools if guided_tools is None else guided_tools
+        req.repair_tags = guided
+        if tools and guided:
             req.guide_tools = True
             if prefix:  # the prompt already opened the call: guide it from the first block
                 named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
@@ -311,6 +315,7 @@ class Request:
         self.stopped_by_string = False
         self.guide_tools = False
         self.guide: ToolCallGuide | None = None
+        self.repair_tags = engine.guided_tools  # fix mangled </think> / <tool_call> (engine/block_rewrite.py)
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -343,8 +348,8 @@ class Request:
         st = self.state
         if not st.new_final:
             return []
-        if self.guide_tools:
-            self._guide_tool_call()
+        if self.guide_tools or self.repair_tags:
+            rewrite_finished_block(self)
         if self.ttft_ms is None:
             self.ttft_ms = self._ms()
         tok = self.engine.tokenizer
@@ -370,45 +375,6 @@ class Request:
             self.engine.decoder._new_block(st)
             self.reasoning_closed = True
         return events
-
-    def _guide_tool_call(self) -> None:
-        """A block just finished: if it is part of a tool call, let the guide keep the call inside
-        the schemas, by rewriting the finished block (not yet in the cache) and infilling skeleton."""
-        st = self.state
-        n = len(st.pending)
-        if not n or (st.done and st.finish_reason != "stop") or (self.guide is not None and self.guide.done):
-            return
-        tok = self.engine.tokenizer
-        tail = st.generated[-n:]
-        # An end of turn inside an open call is not the end: drop it (later ones are banned below).
-        ended = st.done and bool(tail) and tail[-1] in st.eos_ids
-        ids = tail[:-1] if ended else tail
-        text = tok.decode(ids, skip_special_tokens=False)
-        start = 0
-        if self.guide is None:
-            head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
-            k = (head + text).find(CALL_OPEN)
-            if k < 0 or k + len(CALL_OPEN) <= len(head):
-                return
-            start = k + len(CALL_OPEN) - len(head)
-            self.guide = ToolCallGuide(self.tools)
-        st.banned = st.eos_ids
-        edit = self.guide.feed(text[start:])
-        if edit is None and not ended:
-            return
-        keep = start + (edit.keep if edit else len(text) - start)
-        kept = tok.encode(text[:keep], add_special_tokens=False).ids
-        new = tok.encode(text[:keep] + (edit.forced if edit else ""), add_special_tokens=False).ids
-        del st.generated[-n:]
-        st.generated.extend(new)
-        st.pending, st.new_final = list(new), list(new)
-        st.infilled += max(0, len(new) - len(kept))
-        if edit is not None and edit.done:
-            st.done, st.finish_reason, st.block, st.committed = True, "stop", [], []
-            st.banned = frozenset()
-        else:
-            st.done, st.finish_reason = False, None
-            self.engine.decoder._new_block(st)
 
     def run_alone(self) -> Iterator[StreamEvent]:
         eng = self.engine

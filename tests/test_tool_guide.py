@@ -116,3 +116,14 @@ def test_the_engine_infills_a_schema_valid_call_even_from_random_weights(tiny_dl
     raw = tiny_dllm.chat(CALL, tools=DENTAL_TOOLS, tool_choice="required", max_tokens=40,
                          reasoning_effort="instant", guided_tools=False)
     assert not raw.tool_calls  # unguided, random weights do not write a valid call
+
+
+def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
+    from engine.block_rewrite import repair_tags
+
+    assert repair_tags("wants a slot.\n</>\n\nSure", reasoning=True, tools=False) == "wants a slot.\n</think>\n\nSure"
+    assert repair_tags("a </b> tag", reasoning=False, tools=False) == "a </b> tag"  # not reasoning: left alone
+    assert repair_tags("\n<toolcall>\n{", reasoning=False, tools=True) == "\n<tool_call>\n{"
+    assert repair_tags("\ntool_call>\n{", reasoning=False, tools=True) == "\n<tool_call>\n{"
+    assert repair_tags("}\n</tool_call>", reasoning=False, tools=True) == "}\n</tool_call>"
+    assert repair_tags("\n<toolcall>\n{", reasoning=False, tools=False) == "\n<toolcall>\n{"  # no tools: no call

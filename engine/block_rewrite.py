@@ -1,0 +1,76 @@
+"""Rewriting a just-finished block before it enters the KV cache: control-tag repair and
+schema-guided tool calls.
+
+A finished block waits in `SeqState.pending` until the next forward writes it to the cache, so its
+text can still be changed for free. A small dLLM often mangles its control tags when it commits
+several tokens at once (`</>` for `</think>`, `<toolcall>` for `<tool_call>`); a mangled tag hides
+the answer inside the reasoning or a call inside the answer. Those are repaired here, and once a
+call is open the `ToolCallGuide` keeps it inside the tools' schemas (engine/tool_guide.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from engine.chat_format import CALL_OPEN, THINK_CLOSE
+from engine.tool_guide import ToolCallGuide
+
+if TYPE_CHECKING:
+    from engine.api import Request
+
+# Near misses only: an unknown closing tag while reasoning, a tool_call opener missing one character.
+MANGLED_THINK_CLOSE = re.compile(r"</(?!think>|tool_call>)[a-z_]{0,8}>")
+MANGLED_CALL_OPEN = re.compile(r"(?<![</\w])(?:<_?tool_?call>|tool_call>)")
+
+
+def repair_tags(text: str, reasoning: bool, tools: bool) -> str:
+    if reasoning:
+        text = MANGLED_THINK_CLOSE.sub(THINK_CLOSE, text, count=1)
+    if tools and CALL_OPEN not in text:
+        text = MANGLED_CALL_OPEN.sub(CALL_OPEN, text, count=1)
+    return text
+
+
+def rewrite_finished_block(req: Request) -> None:
+    """Called after every step that finished a block (`state.pending` holds it, uncached)."""
+    st = req.state
+    n = len(st.pending)
+    guide = req.guide
+    if not n or (st.done and st.finish_reason != "stop") or (guide is not None and guide.done):
+        return
+    tok = req.engine.tokenizer
+    tail = st.generated[-n:]
+    eos = tail[-1:] if st.done and tail[-1] in st.eos_ids else []
+    text = tok.decode(tail[: n - len(eos)], skip_special_tokens=False)
+    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools)) if req.repair_tags else text
+    keep, forced, done = len(fixed), "", False
+    if req.guide_tools:
+        start = 0
+        if guide is None:
+            head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
+            k = (head + fixed).find(CALL_OPEN)
+            if k >= 0 and k + len(CALL_OPEN) > len(head):
+                guide = req.guide = ToolCallGuide(req.tools)
+                start = k + len(CALL_OPEN) - len(head)
+        if guide is not None:
+            # An end of turn inside an open call is not the end: it is dropped, and banned from now on.
+            st.banned = st.eos_ids
+            edit = guide.feed(fixed[start:])
+            if edit is not None:
+                keep, forced, done = start + edit.keep, edit.forced, edit.done
+    in_call = guide is not None
+    if fixed == text and not forced and keep == len(fixed) and not (in_call and eos):
+        return
+    kept = tok.encode(fixed[:keep], add_special_tokens=False).ids
+    new = tok.encode(fixed[:keep] + forced, add_special_tokens=False).ids + ([] if in_call else eos)
+    del st.generated[-n:]
+    st.generated.extend(new)
+    st.pending, st.new_final = list(new), list(new)
+    st.infilled += max(0, len(new) - len(eos) * (not in_call) - len(kept))
+    if done:
+        st.done, st.finish_reason, st.block, st.committed = True, "stop", [], []
+        st.banned = frozenset()
+    elif in_call or not st.done:  # the next block was sized before the rewrite: size it again
+        st.done, st.finish_reason = False, None
+        req.engine.decoder._new_block(st)
