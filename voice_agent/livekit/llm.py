@@ -36,6 +36,7 @@ from livekit.agents.llm import ToolChoice
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, NotGivenOr
 
 from engine import ChatResult, Engine, EngineInputError, Session, StreamEvent
+from voice_agent.services.speakable import SpeakableFilter
 
 logger = logging.getLogger("voice_agent.livekit.llm")
 
@@ -170,12 +171,13 @@ class EngineLLMStream(llm.LLMStream):
     async def _stream_turn(self, request_id: str, messages: list[dict], kwargs: dict) -> ChatResult:
         """One engine turn; answer text goes out as chunks as soon as each block commits."""
         while True:
+            speakable = SpeakableFilter()  # this plugin's text goes to a TTS: no markup
             try:
                 async with contextlib.aclosing(_events_in_thread(self._engine_llm, messages, kwargs)) as events:
                     async for ev in events:
-                        if ev.type == "answer" and ev.text:
+                        if ev.type == "answer" and ev.text and (text := speakable.feed(ev.text)):
                             self._event_ch.send_nowait(llm.ChatChunk(
-                                id=request_id, delta=llm.ChoiceDelta(role="assistant", content=ev.text)))
+                                id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
                         elif ev.type == "reasoning":
                             logger.debug("reasoning [%s]: %s", request_id, ev.text)
                         elif ev.type == "done" and ev.result is not None:

@@ -48,6 +48,7 @@ from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from engine import EFFORTS, Engine, EngineInputError, Session
+from voice_agent.services.speakable import SpeakableFilter
 
 ToolFn = Callable[[dict], dict | Awaitable[dict]]
 DEFAULT_APOLOGY = "Sorry, I had a problem there. Could you say that again?"
@@ -247,6 +248,7 @@ class EngineLLMService(LLMService):
 
         threading.Thread(target=work, name=f"{self}-engine", daemon=True).start()
         result, answered, first, reasoning = None, False, True, []
+        speakable = SpeakableFilter()
         try:
             while (item := await queue.get()) is not _DONE:
                 if isinstance(item, BaseException):
@@ -255,8 +257,9 @@ class EngineLLMService(LLMService):
                     first = False
                     await self.stop_ttfb_metrics()
                 if item.type == "answer" and item.text:
-                    text = item.text if answered else item.text.lstrip()
-                    if text:
+                    text = speakable.feed(item.text)
+                    text = text if answered else text.lstrip()
+                    if text.strip() or (answered and text):
                         answered = True
                         await self._push_llm_text(text)
                 elif item.type == "reasoning":
