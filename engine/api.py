@@ -244,13 +244,10 @@ class Engine:
         )
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                       thinking, prefix, stops, session, reasoning_effort)
-        guided = self.guided_tools if guided_tools is None else guided_tools
-        req.repair_tags = guided
-        if tools and guided:
-            req.guide_tools = True
-            if prefix:  # the prompt already opened the call: guide it from the first block
-                named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
-                req.guide = ToolCallGuide(tools, forced_name=named, opened=named is None)
+        req.guided = self.guided_tools if guided_tools is None else guided_tools
+        if tools and req.guided and prefix:  # the prompt already opened the call: guide it from the first block
+            named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
+            req.guide = ToolCallGuide(tools, forced_name=named, opened=named is None)
         return req
 
     def warm(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int:
@@ -313,9 +310,9 @@ class Request:
         self.ttfat_ms: float | None = None
         self.reasoning_closed = not thinking
         self.stopped_by_string = False
-        self.guide_tools = False
+        # Repair mangled control tags and keep tool calls in their schemas (engine/block_rewrite.py).
+        self.guided = engine.guided_tools
         self.guide: ToolCallGuide | None = None
-        self.repair_tags = engine.guided_tools  # fix mangled </think> / <tool_call> (engine/block_rewrite.py)
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -348,7 +345,7 @@ class Request:
         st = self.state
         if not st.new_final:
             return []
-        if self.guide_tools or self.repair_tags:
+        if self.guided:
             rewrite_finished_block(self)
         if self.ttft_ms is None:
             self.ttft_ms = self._ms()

@@ -39,13 +39,15 @@ def rewrite_finished_block(req: Request) -> None:
     guide = req.guide
     if not n or (st.done and st.finish_reason != "stop") or (guide is not None and guide.done):
         return
+    if not req.tools and req.reasoning_closed:  # nothing here can need a rewrite: skip the decode
+        return
     tok = req.engine.tokenizer
     tail = st.generated[-n:]
     eos = tail[-1:] if st.done and tail[-1] in st.eos_ids else []
     text = tok.decode(tail[: n - len(eos)], skip_special_tokens=False)
-    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools)) if req.repair_tags else text
+    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools))
     keep, forced, done = len(fixed), "", False
-    if req.guide_tools:
+    if req.tools:
         start = 0
         if guide is None:
             head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""

@@ -187,12 +187,12 @@ class BlockDecoder:
         return out
 
     def _needed_positions(self, n: int, n_block: int) -> list[int]:
-        npend = n - n_block
-        first = npend - 1 if npend else 0
-        last = n - 1 if not self.family.token_shift else max(n - 2, npend - 1)
+        """The last pending token (next_logits) and the outputs that predict block positions
+        (shifted one left under token shift)."""
         if not n_block:
             return [n - 1]
-        return list(range(max(first, 0), last + 1))
+        last = n - 2 if self.family.token_shift else n - 1
+        return list(range(max(n - n_block - 1, 0), last + 1))
 
     def _predictions(self, s: SeqState, out: torch.Tensor | None, npend: int, n_block: int) -> torch.Tensor:
         """Logits [b, V] predicting each block position."""

@@ -59,9 +59,7 @@ class ToolCallGuide:
         self.remaining: list[str] = []
         self.key = ""
         self.done = False
-        self.forced_chars = 0
         if forced_name is not None:  # tool_choice named a function: the prompt holds its opening
-            self.slot = ""
             self.expect = self._enter_arguments(forced_name)
 
     # -- the grammar ------------------------------------------------------------------------
@@ -72,10 +70,12 @@ class ToolCallGuide:
         self.remaining = list(self.props)
         return "{" + self._next_member(first=True)
 
+    def _missing_required(self) -> list[str]:
+        return [k for k in self.required if k in self.remaining]
+
     def _next_member(self, first: bool) -> str:
         """Skeleton after '{' or after a value: the next key's opening, or the close."""
-        need = [k for k in self.required if k in self.remaining]
-        if need:
+        if self._missing_required():
             self._open("key")
             return ('"' if first else ', "')
         if self.remaining:
@@ -88,8 +88,7 @@ class ToolCallGuide:
         self.slot, self.slot_text = slot, ""
 
     def _key_options(self) -> list[str]:
-        need = [k for k in self.required if k in self.remaining]
-        return need or self.remaining
+        return self._missing_required() or self.remaining
 
     def _after_key(self, key: str) -> str:
         self.key = key
@@ -182,5 +181,4 @@ class ToolCallGuide:
             forced += self._finish_snap(then)
         self.expect = ""
         self.slot_text = ""
-        self.forced_chars += len(forced)
         return Edit(keep, forced, self.done)

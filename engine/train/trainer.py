@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import signal
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -254,7 +255,7 @@ def loss_on(model, mask_vec, ex, mask_id: int, ar_weight: float, prefix_len: int
     run without gradient, on top of the cached system prompt K/V when given."""
     x, pos, att = ex["tokens"][None], ex["pos"][None], ex["att"]
     k0 = prefix_len
-    cache = sys_kv if sys_kv is not None else None
+    cache = sys_kv
     start = sys_len if sys_kv is not None else 0
     if k0 > start:
         rec = PrefixKV(cache.ks if cache else None, cache.vs if cache else None, record=True)
@@ -327,8 +328,6 @@ def fit(cfg: TrainConfig) -> dict:
 
     def _graceful(signum, frame):  # SIGTERM/SIGINT: finish the step, checkpoint, exit
         stop["now"] = True
-
-    import signal
 
     signal.signal(signal.SIGTERM, _graceful)
     signal.signal(signal.SIGINT, _graceful)
