@@ -1,53 +1,50 @@
-"""Reading recorded calls from WAV files, and writing the replayed call back out.
+"""Reading recorded calls with soundfile (libsndfile), and writing the replayed call back out.
 
-Python's `wave` module only reads integer PCM, and phone recordings are very often 8-bit
-G.711 mu-law (WAVE_FORMAT_MULAW = 7), so the RIFF chunks are parsed here directly. Every
-failure is an `AudioFormatError` whose message says what is wrong with which file, so a
-batch replay can report it and go on with the next call.
-
-Supported: mono or stereo; any rate from 8 to 48 kHz (8, 16, 24 and 48 kHz are the common
-ones); PCM 8/16/24/32-bit, 32-bit float, mu-law and A-law, including WAVE_FORMAT_EXTENSIBLE.
-Everything is returned as 16 kHz mono int16, the rate the pipeline's VAD and STT run at.
+libsndfile decodes the audio: WAV (PCM 8-32 bit, float, mu-law, A-law, GSM 6.10, IMA and MS
+ADPCM), FLAC, OGG (Opus, Vorbis) and MP3. What is left here is what it does not do: a clear
+`AudioFormatError` per file (a batch replay reports it and goes on), the check that a WAV is not
+cut short (libsndfile silently reads what is there), the caller-channel choice, and resampling
+to the pipeline's 16 kHz with soxr (the resampler Pipecat itself uses).
 """
 
 from __future__ import annotations
 
+import io
 import struct
 import wave
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 
 TARGET_RATE = 16000
 MIN_RATE, MAX_RATE = 8000, 48000
-
-# WAVE format tags (mmreg.h)
-FORMAT_PCM = 0x0001
-FORMAT_FLOAT = 0x0003
-FORMAT_ALAW = 0x0006
-FORMAT_MULAW = 0x0007
-FORMAT_EXTENSIBLE = 0xFFFE
-_FORMAT_NAMES = {
-    0x0001: "PCM", 0x0002: "MS ADPCM", 0x0003: "IEEE float", 0x0006: "A-law", 0x0007: "mu-law",
-    0x0011: "IMA ADPCM", 0x0031: "GSM 6.10", 0x0050: "MPEG", 0x0055: "MP3", 0xFFFE: "extensible",
+# libsndfile subtype -> our encoding name (WAV names as before the move to soundfile).
+_ENCODINGS = {
+    "PCM_U8": "pcm8", "PCM_S8": "pcm8", "PCM_16": "pcm16", "PCM_24": "pcm24", "PCM_32": "pcm32",
+    "FLOAT": "float32", "DOUBLE": "float64", "ULAW": "mulaw", "ALAW": "alaw", "GSM610": "gsm610",
+    "IMA_ADPCM": "ima_adpcm", "MS_ADPCM": "ms_adpcm", "OPUS": "opus", "VORBIS": "vorbis",
+    "MPEG_LAYER_III": "mp3",
 }
-# A streaming writer that could not seek back leaves a placeholder size in the header.
-_UNKNOWN_SIZES = (0, 0xFFFFFFFF)
+_KINDS = {".wav": "WAV", ".flac": "FLAC", ".mp3": "MP3", ".ogg": "OGG", ".opus": "Opus"}
+AUDIO_SUFFIXES = tuple(_KINDS)
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # a streaming writer that could not seek back leaves these
 
 
 class AudioFormatError(ValueError):
-    """A file that is not a WAV this project can read, with the reason in the message."""
+    """A file this project cannot read as a call, with the file and the reason in the message."""
 
 
 @dataclass(frozen=True)
 class WavInfo:
-    """What a WAV file holds, before conversion."""
+    """What an audio file holds, before conversion."""
 
-    encoding: str  # "pcm8" | "pcm16" | "pcm24" | "pcm32" | "float32" | "mulaw" | "alaw"
+    encoding: str  # "pcm16" | "mulaw" | "alaw" | "gsm610" | "ms_adpcm" | "flac" | "mp3" | "opus" | ...
     sample_rate: int
     channels: int
     frames: int
+    container: str = "wav"  # "wav" | "flac" | "ogg" | "mp3" | ...
 
     @property
     def duration_s(self) -> float:
@@ -68,160 +65,112 @@ class CallerAudio:
         return len(self.samples) / self.sample_rate
 
 
-# --- G.711 ---------------------------------------------------------------------------------
-
-def _mulaw_table() -> np.ndarray:
-    u = ~np.arange(256, dtype=np.int32) & 0xFF
-    sign = u & 0x80
-    exponent = (u >> 4) & 0x07
-    mantissa = u & 0x0F
-    magnitude = (((mantissa << 3) + 0x84) << exponent) - 0x84
-    return np.where(sign != 0, -magnitude, magnitude).astype(np.int16)
+def _kind(name: str, data: bytes) -> str:
+    if data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE":
+        return "WAV"
+    return _KINDS.get(Path(name).suffix.lower(), "audio")
 
 
-def _alaw_table() -> np.ndarray:
-    a = np.arange(256, dtype=np.int32) ^ 0x55
-    sign = a & 0x80
-    exponent = (a >> 4) & 0x07
-    mantissa = a & 0x0F
-    magnitude = np.where(exponent == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << np.maximum(exponent - 1, 0))
-    return np.where(sign != 0, magnitude, -magnitude).astype(np.int16)
-
-
-_MULAW = _mulaw_table()
-_ALAW = _alaw_table()
-
-
-def mulaw_decode(data: bytes) -> np.ndarray:
-    return _MULAW[np.frombuffer(data, dtype=np.uint8)]
-
-
-def mulaw_encode(samples: np.ndarray) -> bytes:
-    """G.711 mu-law encode int16 samples (the inverse of `mulaw_decode`, to within quantisation)."""
-    x = samples.astype(np.int32)
-    sign = np.where(x < 0, 0x80, 0)
-    mag = np.minimum(np.abs(x), 32635) + 0x84
-    exponent = np.floor(np.log2(mag)).astype(np.int32) - 7
-    exponent = np.clip(exponent, 0, 7)
-    mantissa = (mag >> (exponent + 3)) & 0x0F
-    return (~(sign | (exponent << 4) | mantissa) & 0xFF).astype(np.uint8).tobytes()
-
-
-# --- RIFF parsing ----------------------------------------------------------------------------
-
-def _chunks(data: bytes, name: str):
-    """Yield (id, offset, declared size) for each RIFF sub-chunk after the WAVE header."""
-    pos = 12
+def _check_riff(data: bytes, name: str) -> int | None:
+    """A RIFF WAV's structure, which libsndfile does not enforce: the data chunk must be there and
+    whole. Returns the format tag (None when the fmt chunk is missing)."""
+    pos, tag = 12, None
     while pos + 8 <= len(data):
         cid, size = struct.unpack_from("<4sI", data, pos)
-        yield cid, pos + 8, size
-        if cid == b"data" and size in _UNKNOWN_SIZES:
-            return
+        if cid == b"fmt " and pos + 10 <= len(data):
+            tag = struct.unpack_from("<H", data, pos + 8)[0]
+        if cid == b"data":
+            available = len(data) - pos - 8
+            if size not in _UNKNOWN_SIZES and size > available:
+                raise AudioFormatError(
+                    f"{name}: truncated WAV (data chunk declares {size} bytes, only {available} present)")
+            return tag
         pos += 8 + size + (size & 1)  # chunks are word aligned
+    raise AudioFormatError(f"{name}: truncated WAV (no data chunk)")
+
+
+def _open_error(e: sf.LibsndfileError, data: bytes, name: str, kind: str, tag: int | None) -> AudioFormatError:
+    reason = str(getattr(e, "error_string", e)).strip().rstrip(".")
+    if kind == "WAV" and data[:4] in (b"RIFF", b"RF64"):
+        what = f"format tag {tag:#06x}" if tag is not None else "no fmt chunk"
+        return AudioFormatError(f"{name}: unsupported WAV encoding: {what} (libsndfile: {reason})")
+    if "not recognised" in reason:
+        article = "an" if kind[0] in "AEIMO" else "a"  # a WAV, a FLAC, an MP3, an OGG, an Opus
+        return AudioFormatError(f"{name}: not {article} {kind} file (libsndfile: format not recognised; "
+                                f"starts with {data[:12]!r})")
+    return AudioFormatError(f"{name}: truncated or corrupt {kind} (libsndfile: {reason})")
+
+
+def parse_audio(data: bytes, name: str = "<bytes>") -> tuple[WavInfo, np.ndarray]:
+    """Decode a whole audio file. Returns its description and float32 samples shaped
+    (frames, channels), in [-1, 1]."""
+    if len(data) == 0:
+        raise AudioFormatError(f"{name}: empty file (0 bytes)")
+    kind = _kind(name, data)
+    tag = _check_riff(data, name) if data[:4] == b"RIFF" and data[8:12] == b"WAVE" else None
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            declared, log = f.frames, f.extra_info
+            info = WavInfo(_ENCODINGS.get(f.subtype, f.subtype.lower()) if f.format != "FLAC" else "flac",
+                           f.samplerate, f.channels, declared, f.format.lower().replace("wavex", "wav"))
+            kind = {"wav": "WAV", "flac": "FLAC", "ogg": "OGG", "mp3": "MP3"}.get(info.container, kind)
+            _check_layout(info, name, kind)
+            samples = _read_all(f)
+    except sf.LibsndfileError as e:
+        raise _open_error(e, data, name, kind, tag) from None
+    if info.container == "ogg" and "lacks an end-of-stream" in log:
+        raise AudioFormatError(f"{name}: truncated OGG (the last page has no end-of-stream flag)")
+    if info.container != "wav" and len(samples) < 0.98 * declared:
+        raise AudioFormatError(f"{name}: truncated {kind} (the header says {declared} frames, "
+                               f"only {len(samples)} decode)")
+    if len(samples) == 0:
+        raise AudioFormatError(f"{name}: {kind} has no audio samples")
+    samples = np.clip(np.nan_to_num(samples), -1.0, 1.0)
+    return WavInfo(info.encoding, info.sample_rate, info.channels, len(samples), info.container), samples
+
+
+def _read_all(f: sf.SoundFile) -> np.ndarray:
+    """Every frame, in blocks: some WAV codecs (GSM 6.10) are not seekable, so the length is not
+    asked for."""
+    blocks = []
+    while len(block := f.read(1 << 16, dtype="float32", always_2d=True)):
+        blocks.append(block)
+    return np.concatenate(blocks) if blocks else np.zeros((0, f.channels), dtype=np.float32)
+
+
+def _check_layout(info: WavInfo, name: str, kind: str) -> None:
+    if info.channels not in (1, 2):
+        raise AudioFormatError(f"{name}: {info.channels}-channel {kind} is not supported: a call is mono, "
+                               "or stereo with the caller on one channel")
+    if not MIN_RATE <= info.sample_rate <= MAX_RATE:
+        raise AudioFormatError(
+            f"{name}: unsupported sample rate {info.sample_rate} Hz (supported: {MIN_RATE}-{MAX_RATE} Hz)")
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """float in [-1, 1] -> int16 (the inverse of libsndfile's int16 -> float)."""
+    return np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
 
 
 def parse_wav(data: bytes, name: str = "<bytes>") -> tuple[WavInfo, np.ndarray]:
-    """Parse a whole WAV file. Returns its description and int16 samples shaped (frames, channels)."""
-    if len(data) == 0:
-        raise AudioFormatError(f"{name}: empty file (0 bytes)")
-    if len(data) < 12 or data[:4] not in (b"RIFF", b"RIFX", b"RF64") or data[8:12] != b"WAVE":
-        raise AudioFormatError(f"{name}: not a WAV file (no RIFF/WAVE header; starts with {data[:12]!r})")
-    if data[:4] != b"RIFF":
-        raise AudioFormatError(f"{name}: {data[:4].decode()} WAV files are not supported; use a plain RIFF WAV")
-
-    fmt: tuple[int, int, int, int, int] | None = None
-    pcm: bytes | None = None
-    for cid, off, size in _chunks(data, name):
-        if cid == b"fmt ":
-            if size < 16 or off + 16 > len(data):
-                raise AudioFormatError(f"{name}: truncated WAV (fmt chunk is cut short)")
-            tag, channels, rate, _byte_rate, block_align, bits = struct.unpack_from("<HHIIHH", data, off)
-            if tag == FORMAT_EXTENSIBLE:
-                if size < 40 or off + 40 > len(data):
-                    raise AudioFormatError(f"{name}: truncated WAV (extensible fmt chunk is cut short)")
-                # The real format tag is the first two bytes of the sub-format GUID.
-                tag = struct.unpack_from("<H", data, off + 24)[0]
-            fmt = (tag, channels, rate, block_align, bits)
-        elif cid == b"data":
-            if fmt is None:
-                raise AudioFormatError(f"{name}: malformed WAV (data chunk before the fmt chunk)")
-            available = len(data) - off
-            if size in _UNKNOWN_SIZES:
-                size = available
-            elif size > available:
-                raise AudioFormatError(
-                    f"{name}: truncated WAV (data chunk declares {size} bytes, only {available} present)")
-            pcm = data[off:off + size]
-            break
-    if fmt is None:
-        raise AudioFormatError(f"{name}: malformed WAV (no fmt chunk; truncated or not a WAV)")
-    if pcm is None:
-        raise AudioFormatError(f"{name}: truncated WAV (no data chunk)")
-
-    tag, channels, rate, block_align, bits = fmt
-    encoding = _encoding(tag, bits, name)
-    if channels not in (1, 2):
-        raise AudioFormatError(
-            f"{name}: {channels}-channel WAV is not supported: a call is mono, or stereo with the caller on one channel")
-    if not MIN_RATE <= rate <= MAX_RATE:
-        raise AudioFormatError(f"{name}: unsupported sample rate {rate} Hz (supported: {MIN_RATE}-{MAX_RATE} Hz)")
-    width = bits // 8
-    if block_align != width * channels:
-        raise AudioFormatError(f"{name}: malformed WAV (block align {block_align} does not match {channels} x {bits}-bit)")
-    if len(pcm) == 0:
-        raise AudioFormatError(f"{name}: WAV has no audio samples (data chunk is empty)")
-    if len(pcm) % block_align:
-        pcm = pcm[: len(pcm) - len(pcm) % block_align]  # a cut-off last frame is noise, not an error
-    samples = _decode(pcm, encoding).reshape(-1, channels)
-    return WavInfo(encoding, rate, channels, samples.shape[0]), samples
+    """`parse_audio` with int16 samples shaped (frames, channels)."""
+    info, samples = parse_audio(data, name)
+    return info, to_int16(samples)
 
 
-def _encoding(tag: int, bits: int, name: str) -> str:
-    if tag == FORMAT_PCM and bits in (8, 16, 24, 32):
-        return f"pcm{bits}"
-    if tag == FORMAT_FLOAT and bits == 32:
-        return "float32"
-    if tag == FORMAT_MULAW and bits == 8:
-        return "mulaw"
-    if tag == FORMAT_ALAW and bits == 8:
-        return "alaw"
-    kind = _FORMAT_NAMES.get(tag, f"format tag {tag:#06x}")
-    raise AudioFormatError(
-        f"{name}: unsupported WAV encoding: {kind}, {bits}-bit "
-        "(supported: PCM 8/16/24/32-bit, 32-bit float, 8-bit mu-law or A-law)")
-
-
-def _decode(pcm: bytes, encoding: str) -> np.ndarray:
-    """Raw sample bytes -> int16."""
-    if encoding == "pcm16":
-        return np.frombuffer(pcm, dtype="<i2").astype(np.int16)
-    if encoding == "mulaw":
-        return mulaw_decode(pcm)
-    if encoding == "alaw":
-        return _ALAW[np.frombuffer(pcm, dtype=np.uint8)]
-    if encoding == "pcm8":  # 8-bit WAV PCM is unsigned
-        return ((np.frombuffer(pcm, dtype=np.uint8).astype(np.int16) - 128) << 8).astype(np.int16)
-    if encoding == "pcm24":
-        b = np.frombuffer(pcm, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
-        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-        v = np.where(v & 0x800000, v - (1 << 24), v)
-        return (v >> 8).astype(np.int16)
-    if encoding == "pcm32":
-        return (np.frombuffer(pcm, dtype="<i4") >> 16).astype(np.int16)
-    f = np.nan_to_num(np.frombuffer(pcm, dtype="<f4"))  # float32
-    return (np.clip(f, -1.0, 1.0) * 32767).astype(np.int16)
-
-
-# --- conversion ------------------------------------------------------------------------------
-
-def resample(samples: np.ndarray, from_rate: int, to_rate: int = TARGET_RATE) -> np.ndarray:
-    """Resample mono int16 with soxr (the resampler Pipecat itself uses)."""
-    if from_rate == to_rate or len(samples) == 0:
-        return samples.astype(np.int16, copy=False)
+def _resample_float(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    if from_rate == to_rate or len(x) == 0:
+        return x
     import soxr
 
-    out = soxr.resample(samples.astype(np.float32) / 32768.0, from_rate, to_rate, quality="HQ")
-    return (np.clip(out, -1.0, 32767 / 32768) * 32768).astype(np.int16)
+    return soxr.resample(x.astype(np.float32), from_rate, to_rate, quality="HQ")
+
+
+def resample(samples: np.ndarray, from_rate: int, to_rate: int = TARGET_RATE) -> np.ndarray:
+    """Resample mono int16 with soxr."""
+    if from_rate == to_rate or len(samples) == 0:
+        return samples.astype(np.int16, copy=False)
+    return to_int16(np.clip(_resample_float(samples.astype(np.float32) / 32768.0, from_rate, to_rate), -1, 1))
 
 
 def channel_index(caller_channel: str | int) -> int:
@@ -241,10 +190,10 @@ def read_caller_audio(path: str | Path, caller_channel: str | int = "left") -> C
         data = path.read_bytes()
     except OSError as e:
         raise AudioFormatError(f"{path}: cannot read file ({e.strerror or e})") from e
-    info, frames = parse_wav(data, str(path))
+    info, frames = parse_audio(data, str(path))
     channel = channel_index(caller_channel) if info.channels == 2 else 0
-    mono = np.ascontiguousarray(frames[:, channel])
-    return CallerAudio(resample(mono, info.sample_rate), info, channel)
+    mono = _resample_float(np.ascontiguousarray(frames[:, channel]), info.sample_rate, TARGET_RATE)
+    return CallerAudio(to_int16(np.clip(mono, -1.0, 1.0)), info, channel)
 
 
 def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
@@ -259,15 +208,5 @@ def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
 
 
 def write_wav_g711(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
-    """Write int16 samples as an 8-bit mu-law WAV (format tag 7), the way phone systems record."""
-    samples = np.asarray(samples, dtype=np.int16)
-    channels = 1 if samples.ndim == 1 else samples.shape[1]
-    payload = mulaw_encode(np.ascontiguousarray(samples).reshape(-1))
-    # Non-PCM formats carry cbSize and a fact chunk with the frame count.
-    fmt = struct.pack("<HHIIHHH", FORMAT_MULAW, channels, sample_rate, sample_rate * channels,
-                      channels, 8, 0)
-    fact = struct.pack("<I", len(payload) // channels)
-    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-            + b"fact" + struct.pack("<I", 4) + fact
-            + b"data" + struct.pack("<I", len(payload)) + payload + (b"\0" if len(payload) & 1 else b""))
-    Path(path).write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+    """Write int16 samples as an 8-bit mu-law WAV, the way phone systems record."""
+    sf.write(str(path), np.asarray(samples, dtype=np.int16), sample_rate, subtype="ULAW", format="WAV")

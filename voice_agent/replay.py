@@ -27,7 +27,7 @@ from typing import Any
 
 from loguru import logger
 
-from voice_agent.audio_io import AudioFormatError, read_caller_audio, write_wav
+from voice_agent.audio_io import AUDIO_SUFFIXES, AudioFormatError, read_caller_audio, write_wav
 from voice_agent.latency import expectations as expect_mod
 from voice_agent.latency.metrics import distribution, summarize, turn_record
 from voice_agent.latency.report import build_report, write_report
@@ -58,12 +58,12 @@ class ReplayOptions:
 
 
 def discover_inputs(inputs: list[Path]) -> list[Path]:
-    """Files as given; folders expanded to the .wav files inside (recursively, sorted). Paths that
-    do not exist are kept, so they are reported as failed inputs."""
+    """Files as given; folders expanded to the audio files inside (.wav .flac .mp3 .ogg .opus;
+    recursively, sorted). Paths that do not exist are kept, so they are reported as failed inputs."""
     out: list[Path] = []
     for p in inputs or [SAMPLE_CALL]:
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() == ".wav")
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in AUDIO_SUFFIXES)
             out += found or [p]  # an empty folder is reported as a failed input
         else:
             out.append(p)
@@ -217,7 +217,7 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
                       slug: str, calls_bar: Any = None) -> dict:
     entry: dict[str, Any] = {"file": str(path), "error": None, "turns": []}
     if path.is_dir():
-        entry["error"] = f"{path}: folder has no .wav files"
+        entry["error"] = f"{path}: folder has no audio files (.wav .flac .mp3 .ogg .opus)"
         return entry
     try:
         audio = read_caller_audio(path, opts.caller_channel)

@@ -1,10 +1,11 @@
 """Replay recorded calls through the same pipeline that serves live calls, and measure every turn
 against the latency budget.
 
-INPUT is one or more WAV files or folders of them (mono or stereo; 8, 16, 24 or 48 kHz; PCM16
-or 8-bit mu-law). With no INPUT, the shipped sample call (samples/dental_booking_call.wav) is
-replayed. Each turn's e2e_ms runs from the true end of the caller's speech in the recording
-(an offline VAD pass) to the first bot audio. Results: DIR/report.json, DIR/report.html, and per
+INPUT is one or more recorded calls or folders of them: WAV (PCM, float, mu-law, A-law, GSM 6.10,
+IMA/MS ADPCM), FLAC, OGG (Opus, Vorbis) or MP3; mono or stereo; 8 to 48 kHz. With no INPUT,
+the shipped sample call (samples/dental_booking_call.wav) is replayed. Each turn's e2e_ms runs
+from the true end of the caller's speech in the recording (an offline VAD pass) to the first bot
+audio. Results: DIR/report.json, DIR/report.html, and per
 call a stereo WAV (caller left, bot right) and a transcript JSON.
 
 Exit status: 0 when every input replayed (and, with --expect, every expectation passed);
@@ -21,7 +22,7 @@ DEFAULT_OUT = "replay_out"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="*", metavar="INPUT", default=argparse.SUPPRESS,
-                        help="WAV files or folders of WAV files (default: the shipped sample call)")
+                        help="audio files (WAV, FLAC, OGG/Opus, MP3) or folders of them (default: the shipped sample call)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for report.json, report.html and the calls")
     parser.add_argument("--scenario", default="dental_receptionist", help="scenario name in prompts/ or a YAML path")
     parser.add_argument("--reasoning-effort", choices=["instant", "low", "medium", "high"], default=None,
