@@ -17,6 +17,7 @@ from engine.effort import EFFORTS, get_effort
 from engine.families import FAMILIES, Family
 from engine.kv_cache import KVCache
 from engine.loading import LoadedCheckpoint, load_hf_folder, smollm2_folder
+from engine.precision import resolve_precision
 from engine.tool_guide import ToolCallGuide
 from engine.tools import ToolSchemaError, parse_tool_calls, validate_tools
 
@@ -114,12 +115,18 @@ class Engine:
     @classmethod
     def load(cls, name_or_path: str | Path = "default", dtype: torch.dtype | None = None,
              threads: int | None = None, family: str | None = None, block_size: int | None = None,
-             adapter: str | Path | None = None, max_context: int = 4096) -> Engine:
-        """Load "default" (the embedded dLLM), "smollm2-base" (the AR base), or a local HF folder."""
+             adapter: str | Path | None = None, max_context: int = 4096,
+             precision: str | None = None) -> Engine:
+        """Load "default" (the embedded dLLM), "smollm2-base" (the AR base), or a local HF folder.
+
+        `precision` ("fp32" | "bf16" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
+        then auto (engine/precision.py)."""
         if threads:
             torch.set_num_threads(threads)
-        dtype = dtype or best_cpu_dtype()
-        info: dict = {"dtype": str(dtype).replace("torch.", "")}
+        prec = resolve_precision(dtype if dtype is not None else precision)
+        dtype = prec.dtype
+        info: dict = {"dtype": str(dtype).replace("torch.", ""), "precision": prec.name,
+                      "precision_reason": prec.reason}
         if str(name_or_path) in ("default", "smollm2-base"):
             ckpt = load_hf_folder(smollm2_folder(), dtype=dtype)
             base_family = FAMILIES["smollm2-dllm"]
@@ -451,16 +458,6 @@ class Request:
             s.tokens = (self.tokens + st.generated)[: int(row_cache.lengths[0])]
             s.history = list(self.messages) + [result.message()]
         return result
-
-
-def best_cpu_dtype() -> torch.dtype:
-    """bf16 only where the CPU multiplies it natively (AMX / AVX512-BF16); elsewhere bf16 matmuls
-    of more than one token are several times slower than fp32 (measured: 8 tokens 190 vs 140 ms)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return torch.float32
-    return torch.bfloat16 if ("amx_bf16" in flags or "avx512_bf16" in flags) else torch.float32
 
 
 def _with_block(fam: Family, b: int) -> Family:

@@ -274,8 +274,9 @@ def run(args: argparse.Namespace) -> int:
             tmp = tempfile.mkdtemp(prefix="loadtest-model-")
             model_arg = str(write_random_model(tmp, dim=dim, layers=layers, heads=max(dim // 64, 1),
                                                kv_heads=max(dim // 192, 1), intermediate=dim * 8 // 3))
-        extra = ["--max-batch", str(args.max_batch), "--max-queue", "256", "--queue-timeout", str(args.timeout),
-                 "--dtype", args.dtype]
+        extra = ["--max-batch", str(args.max_batch), "--max-queue", "256", "--queue-timeout", str(args.timeout)]
+        if args.precision:
+            extra += ["--precision", args.precision]
         if args.threads:
             extra += ["--threads", str(args.threads)]
         server = SpawnedServer(model_arg, extra, args.api_key, args.server_log).__enter__()

