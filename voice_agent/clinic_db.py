@@ -18,16 +18,24 @@ import datetime as dt
 import difflib
 import os
 import random
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from voice_agent.clinic_words import (
+    SERVICES,
+    WordsError,
+    parse_day,
+    parse_service,
+    parse_time,
+    spoken_day,
+    spoken_time,
+)
+
 DEFAULT_DB_PATH = Path(os.environ.get("VOICE_AGENT_CLINIC_DB", Path.home() / ".cache" / "voice-agent" / "clinic.sqlite"))
 OPEN_HOUR, CLOSE_HOUR, SLOT_MINUTES = 9, 17, 30
-SERVICES = ("checkup", "cleaning", "filling", "whitening", "emergency")
 MAX_LISTED_TIMES = 8  # a phone answer reads a few times, not sixteen
 
 SEED_PATIENTS = [
@@ -100,14 +108,16 @@ class ClinicDB:
     own connection, and writes are serialized by SQLite's write lock."""
 
     def __init__(self, path: str | Path | None = None, today: dt.date | None = None,
-                 weeks: int = 4, seed: int = 7) -> None:
+                 weeks: int = 4, seed: int = 7, empty: bool = False) -> None:
+        """`empty=True` seeds a new file without the random bookings: the seed patients are
+        registered, but the diary is free (`add_appointment` puts bookings in)."""
         self.path = Path(path) if path else DEFAULT_DB_PATH
         self._today = today
         self.weeks = weeks
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._init_lock = threading.Lock()
         with self._init_lock:
-            self._create_and_seed(seed)
+            self._create_and_seed(seed, empty)
 
     # -- plumbing -----------------------------------------------------------------------------
     def today(self) -> dt.date:
@@ -131,7 +141,7 @@ class ClinicDB:
         finally:
             con.close()
 
-    def _create_and_seed(self, seed: int) -> None:
+    def _create_and_seed(self, seed: int, empty: bool = False) -> None:
         con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
             con.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
@@ -147,7 +157,7 @@ class ClinicDB:
             ids = [r[0] for r in con.execute("SELECT id FROM patients ORDER BY id")]
             slots = con.execute("SELECT date, time FROM slots WHERE date > ? ORDER BY date, time",
                                 (self.today().isoformat(),)).fetchall()
-            for d, t in slots:
+            for d, t in ([] if empty else slots):
                 if rng.random() < 0.3:  # about a third of the diary is already taken
                     con.execute("INSERT OR IGNORE INTO appointments(patient_id, date, time, service) "
                                 "VALUES (?, ?, ?, ?)", (rng.choice(ids), d, t, rng.choice(SERVICES[:4])))
@@ -166,33 +176,34 @@ class ClinicDB:
 
     # -- argument checks ----------------------------------------------------------------------
     def _date(self, value: object, field: str = "date") -> dt.date:
-        if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
-            raise ToolArgError(f"{field} must be a date in YYYY-MM-DD format, like {self.today().isoformat()}; got {value!r}")
+        """The caller's words for a day ("next tuesday", "the ninth") or YYYY-MM-DD, checked against the diary."""
         try:
-            d = dt.date.fromisoformat(value.strip())
-        except ValueError:
-            raise ToolArgError(f"{field} {value!r} is not a real calendar date") from None
-        if d < self.today():
-            raise ToolArgError(f"{d.isoformat()} is in the past; today is {self.today():%A} {self.today().isoformat()}")
+            d = parse_day(value, self.today())
+        except WordsError as e:
+            raise ToolArgError(f"{field}: {e}") from None
+        today = self.today()
+        if d < today:
+            raise ToolArgError(f"{spoken_day(d)} is in the past; today is {spoken_day(today)}.")
         if d.weekday() >= 5:
             nxt = d + dt.timedelta(days=7 - d.weekday())
-            raise ToolArgError(f"The clinic is closed on weekends ({d:%A} {d.isoformat()}). "
-                               f"The next open day is {nxt:%A} {nxt.isoformat()}.")
-        last = self.today() + dt.timedelta(days=self.weeks * 7)
+            raise ToolArgError(f"The clinic is closed on weekends ({spoken_day(d)}). "
+                               f"The next open day is {spoken_day(nxt)}.")
+        last = today + dt.timedelta(days=self.weeks * 7)
         if d > last:
-            raise ToolArgError(f"The diary is open only up to {last.isoformat()}; {d.isoformat()} is too far ahead")
+            raise ToolArgError(f"The diary is open only up to {spoken_day(last)}; {spoken_day(d)} is too far ahead.")
         return d
 
     @staticmethod
     def _time(value: object, field: str = "time") -> str:
-        m = re.fullmatch(r"(\d{1,2}):(\d{2})", value.strip()) if isinstance(value, str) else None
-        if not m:
-            raise ToolArgError(f"{field} must be HH:MM in 24-hour format, like 14:30; got {value!r}")
-        h, mi = int(m.group(1)), int(m.group(2))
-        t = f"{h:02d}:{mi:02d}"
+        """The caller's words for a time ("ten thirty", "half past two", "2 pm") or HH:MM."""
+        try:
+            t = parse_time(value)
+        except WordsError as e:
+            raise ToolArgError(f"{field}: {e}") from None
         if t not in _day_times():
-            raise ToolArgError(f"{t} is not an appointment time. Appointments start every {SLOT_MINUTES} minutes "
-                               f"from {OPEN_HOUR:02d}:00 to {_day_times()[-1]}.")
+            raise ToolArgError(f"{spoken_time(t)} is not an appointment time. Appointments start every "
+                               f"{SLOT_MINUTES} minutes from {spoken_time(_day_times()[0])} to "
+                               f"{spoken_time(_day_times()[-1])}.")
         return t
 
     @staticmethod
@@ -203,11 +214,13 @@ class ClinicDB:
 
     @staticmethod
     def _service(value: object) -> str:
-        if value is None:
+        """A service by name or the caller's word for it ("hygiene visit" -> cleaning); none: checkup."""
+        if value is None or value == "":
             return "checkup"
-        if value not in SERVICES:
-            raise ToolArgError(f"service must be one of {', '.join(SERVICES)}; got {value!r}")
-        return str(value)
+        try:
+            return parse_service(value)
+        except WordsError as e:
+            raise ToolArgError(f"service: {e}") from None
 
     def _patient(self, con: sqlite3.Connection, name: str) -> sqlite3.Row:
         row = con.execute("SELECT id, name, phone FROM patients WHERE name = ?", (name,)).fetchone()
@@ -236,21 +249,27 @@ class ClinicDB:
     # -- tools --------------------------------------------------------------------------------
     @_tool
     def find_free_slots(self, args: dict) -> dict:
-        """List free appointment times on a date."""
+        """List free appointment times on a day, as the agent reads them ("9:30 am")."""
         d = self._date(args.get("date"))
         self._service(args.get("service"))
+        part = args.get("part_of_day")
+        if part not in (None, "", "morning", "afternoon"):
+            raise ToolArgError(f"part_of_day must be morning or afternoon; got {part!r}")
         with self.connect() as con:
             free = self._free_times(con, d.isoformat())
-            out: dict = {"date": d.isoformat(), "weekday": f"{d:%A}", "free_times": free[:MAX_LISTED_TIMES]}
+            if part:
+                free = [t for t in free if (t < "12:00") == (part == "morning")]
+            out: dict = {"date": d.isoformat(), "day": spoken_day(d),
+                         "free_times": [spoken_time(t) for t in free[:MAX_LISTED_TIMES]]}
             if len(free) > MAX_LISTED_TIMES:
                 out["more_free_times"] = len(free) - MAX_LISTED_TIMES
             if not free:
-                out["message"] = f"{d:%A} {d.isoformat()} is fully booked."
+                out["message"] = f"{spoken_day(d)} is fully booked{' in the ' + part if part else ''}."
                 nxt = con.execute(
                     "SELECT s.date, s.time FROM slots s LEFT JOIN appointments a ON a.date = s.date AND a.time = s.time "
                     "WHERE s.date > ? AND a.id IS NULL ORDER BY s.date, s.time LIMIT 1", (d.isoformat(),)).fetchone()
                 if nxt:
-                    out["next_free"] = {"date": nxt[0], "time": nxt[1]}
+                    out["next_free"] = f"{spoken_day(dt.date.fromisoformat(nxt[0]))} at {spoken_time(nxt[1])}"
         return out
 
     @_tool
@@ -271,9 +290,8 @@ class ClinicDB:
                 raise ToolArgError(self._taken_message(con, d, t)) from None
             con.execute("INSERT INTO appointment_log(action, patient_id, date, time, detail) VALUES "
                         "('booked', ?, ?, ?, ?)", (pid, d, t, service))
-        return {"booked": True, "patient_name": row["name"] if row else name, "date": d,
-                "weekday": f"{dt.date.fromisoformat(d):%A}", "time": t, "service": service,
-                "new_patient": new_patient}
+        return {"booked": True, "patient_name": row["name"] if row else name, "service": service,
+                "date": d, "time": t, "when": _when(d, t), "new_patient": new_patient}
 
     @_tool
     def move_appointment(self, args: dict) -> dict:
@@ -287,7 +305,7 @@ class ClinicDB:
             if appt is None:
                 raise ToolArgError(f"{p['name']} has no upcoming appointment to move.")
             if (appt["date"], appt["time"]) == (d, t):
-                return {"moved": False, "message": f"The appointment is already on {d} at {t}."}
+                return {"moved": False, "message": f"The appointment is already on {_when(d, t)}."}
             self._ensure_slot(con, d, t)
             try:
                 con.execute("UPDATE appointments SET date = ?, time = ? WHERE id = ?", (d, t, appt["id"]))
@@ -295,8 +313,8 @@ class ClinicDB:
                 raise ToolArgError(self._taken_message(con, d, t)) from None
             con.execute("INSERT INTO appointment_log(action, patient_id, date, time, detail) VALUES "
                         "('moved', ?, ?, ?, ?)", (p["id"], d, t, f"from {appt['date']} {appt['time']}"))
-        return {"moved": True, "patient_name": p["name"], "old": {"date": appt["date"], "time": appt["time"]},
-                "new": {"date": d, "weekday": f"{dt.date.fromisoformat(d):%A}", "time": t}}
+        return {"moved": True, "patient_name": p["name"], "service": appt["service"],
+                "old": _when(appt["date"], appt["time"]), "date": d, "time": t, "when": _when(d, t)}
 
     @_tool
     def cancel_appointment(self, args: dict) -> dict:
@@ -310,7 +328,8 @@ class ClinicDB:
             con.execute("DELETE FROM appointments WHERE id = ?", (appt["id"],))
             con.execute("INSERT INTO appointment_log(action, patient_id, date, time, detail) VALUES "
                         "('cancelled', ?, ?, ?, ?)", (p["id"], appt["date"], appt["time"], appt["service"]))
-        return {"cancelled": True, "patient_name": p["name"], "date": appt["date"], "time": appt["time"]}
+        return {"cancelled": True, "patient_name": p["name"], "service": appt["service"], "date": appt["date"],
+                "time": appt["time"], "when": _when(appt["date"], appt["time"])}
 
     @_tool
     def lookup_patient(self, args: dict) -> dict:
@@ -319,18 +338,41 @@ class ClinicDB:
         with self.connect() as con:
             p = self._patient(con, name)
             appt = self._next_appointment(con, p["id"])
-        nxt = None if appt is None else {"date": appt["date"], "weekday": f"{dt.date.fromisoformat(appt['date']):%A}",
-                                         "time": appt["time"], "service": appt["service"]}
+        nxt = None if appt is None else {"service": appt["service"], "date": appt["date"], "time": appt["time"],
+                                         "when": _when(appt["date"], appt["time"])}
         return {"patient_name": p["name"], "phone": p["phone"], "next_appointment": nxt}
 
     def _taken_message(self, con: sqlite3.Connection, d: str, t: str) -> str:
         free = self._free_times(con, d)
         if not free:
-            return f"{d} at {t} is already taken, and {d} is fully booked."
-        near = sorted(free, key=lambda x: abs(_minutes(x) - _minutes(t)))[:3]
-        return f"{d} at {t} is already taken. Free times that day include {', '.join(sorted(near))}."
+            return f"{_when(d, t)} is already taken, and that day is fully booked."
+        near = [spoken_time(x) for x in sorted(sorted(free, key=lambda x: abs(_minutes(x) - _minutes(t)))[:3])]
+        return f"{_when(d, t)} is already taken. Free times that day include {', '.join(near[:-1])} and {near[-1]}." \
+            if len(near) > 1 else f"{_when(d, t)} is already taken. The only free time that day is {near[0]}."
 
     # -- for tests and reports ----------------------------------------------------------------
+    def add_appointment(self, patient_name: str, date: str, time: str, service: str = "checkup",
+                        replace: bool = False) -> dict:
+        """Put a booking in the diary as it stands before a call (a simulation's or test's setup, not
+        a tool: no date rules). The patient is registered if new. A taken slot raises ValueError,
+        unless `replace`, which deletes whoever held it."""
+        name = " ".join(patient_name.split())
+        d, t = dt.date.fromisoformat(date).isoformat(), f"{_minutes(time) // 60:02d}:{_minutes(time) % 60:02d}"
+        if service not in SERVICES:
+            raise ValueError(f"service must be one of {', '.join(SERVICES)}; got {service!r}")
+        with self.connect(write=True) as con:
+            con.execute("INSERT OR IGNORE INTO slots(date, time) VALUES (?, ?)", (d, t))
+            row = con.execute("SELECT id FROM patients WHERE name = ?", (name,)).fetchone()
+            pid = row[0] if row else con.execute("INSERT INTO patients(name) VALUES (?)", (name,)).lastrowid
+            if replace:
+                con.execute("DELETE FROM appointments WHERE date = ? AND time = ?", (d, t))
+            try:
+                con.execute("INSERT INTO appointments(patient_id, date, time, service) VALUES (?, ?, ?, ?)",
+                            (pid, d, t, service))
+            except sqlite3.IntegrityError:
+                raise ValueError(f"{d} at {t} is already booked") from None
+        return {"patient_name": name, "date": d, "time": t, "service": service}
+
     def appointments(self, patient_name: str | None = None) -> list[dict]:
         sql = ("SELECT p.name AS patient_name, a.date, a.time, a.service FROM appointments a "
                "JOIN patients p ON p.id = a.patient_id")
@@ -350,6 +392,11 @@ TOOL_NAMES = ("find_free_slots", "book_appointment", "move_appointment", "cancel
 
 def _day_times() -> list[str]:
     return [f"{m // 60:02d}:{m % 60:02d}" for m in range(OPEN_HOUR * 60, CLOSE_HOUR * 60, SLOT_MINUTES)]
+
+
+def _when(date: str, hhmm: str) -> str:
+    """"Tuesday, December 8th at 10 am": the words the agent reads back."""
+    return f"{spoken_day(dt.date.fromisoformat(date))} at {spoken_time(hhmm)}"
 
 
 def _minutes(hhmm: str) -> int:
