@@ -1,0 +1,78 @@
+"""Run scripted callers (text, no audio) through the live call's turn logic - the same engine
+service, tool loop, filler rule and speakable filter - each on a fresh clinic database, and grade
+every call by the database's final state, the tools it used, what it said and whether every reply
+can be spoken.
+
+CALLS.yaml holds `scenario`, `today` and `calls` (each: id, optional db {empty, appointments},
+caller lines, expect {appointments, tool_calls, no_tool_calls, must_say, must_not_say}); see
+voice_agent/simulate/callfile.py. Prints a pass/fail table per call and writes DIR/simulate.json.
+With --json the last stdout line is one JSON object: calls, task_success_rate, answered_rate,
+clean_reply_rate, tool_error_rate, ttfat_ms_p50, ttfat_ms_p95, tokens_per_forward, per_call.
+
+Exit status: 0 when every call succeeds, 1 when some fail, 2 for a call file that cannot be read
+or parsed (or names an unknown scenario or tool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from voice_agent.scenarios import EFFORT_NAMES
+
+DEFAULT_OUT = "simulate_out"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("calls", metavar="CALLS.yaml", help="the call file")
+    parser.add_argument("--reasoning-effort", choices=EFFORT_NAMES, default=None,
+                        help="override the scenario's reasoning_effort")
+    parser.add_argument("--scenario", default=None, help="scenario name in prompts/ or a YAML path; overrides the call file's")
+    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for simulate.json")
+    parser.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
+    parser.add_argument("--model", default="default", help="engine model: 'default', 'smollm2-base' or a checkpoint folder")
+    parser.add_argument("--precision", default=None, choices=["auto", "fp32", "bf16"],
+                        help="engine precision (default: $VOICE_AGENT_PRECISION, else auto)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the engine")
+    parser.add_argument("--max-tokens", type=int, default=None, help="per LLM round (default: the live pipeline's)")
+    parser.add_argument("--turn-timeout", type=float, default=300.0, help="seconds one caller turn may take")
+    parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level=args.log_level.upper())
+
+    from voice_agent.scenarios import ScenarioError
+    from voice_agent.simulate.batch import scenario_for
+    from voice_agent.simulate.callfile import CallFileError, load_callfile
+
+    try:
+        calls = load_callfile(args.calls)
+        scenario = scenario_for(calls, args.scenario)
+    except (CallFileError, ScenarioError) as e:
+        print(f"voice-agent simulate: {e}", file=sys.stderr)
+        return 2
+
+    from engine import Engine
+    from voice_agent.simulate.batch import simulate
+    from voice_agent.simulate.runner import RunOptions
+    from voice_agent.simulate.summary import table_text
+
+    load_kw = {"threads": args.threads} | ({"precision": args.precision} if args.precision else {})
+    engine = Engine.load(args.model, **load_kw)
+    opts = RunOptions(reasoning_effort=args.reasoning_effort, turn_timeout_s=args.turn_timeout)
+    if args.max_tokens:
+        opts.max_tokens = args.max_tokens
+    out = Path(args.out)
+    summary = simulate(calls, scenario, engine, opts, out_dir=out, progress=not args.no_progress)
+    print(table_text(summary))
+    print(f"wrote {out / 'simulate.json'}")
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+    return 0 if summary["task_success_rate"] == 1.0 else 1

@@ -1,0 +1,284 @@
+"""The call file of `voice-agent simulate`: scripted callers and what each call must achieve.
+
+    scenario: dental_receptionist      # optional (default dental_receptionist); --scenario overrides
+    today: 2026-12-01                  # the clinic's "today" for every call (default: the real today)
+    calls:
+      - id: book_cleaning              # unique
+        db:                            # optional; default: the scenario's seeded diary
+          empty: true                  # no random bookings (the seed patients stay registered)
+          appointments:                # bookings that exist before the call (patients are created)
+            - {patient_name: "Ana Ruiz", date: "2026-12-03", time: "09:00", service: checkup}
+        caller:                        # what the caller says, one turn each, in order
+          - "Hi, I'd like a cleaning next Tuesday at ten. I'm Jordan Lee."
+        expect:                        # optional; every entry must hold
+          appointments:                # each named patient's upcoming bookings afterwards, exactly
+            "Jordan Lee": [{date: "2026-12-08", time: "10:00", service: cleaning}]
+            "Ana Ruiz": [{date: "2026-12-03", time: "09:00"}]     # service optional; [] = none
+          tool_calls: [find_free_slots]          # or {name: book_appointment, arguments: {time: "10:00"}}
+          no_tool_calls: [cancel_appointment]
+          must_say: ["Tuesday"]                  # case and punctuation ignored
+          must_not_say: ["as an AI"]
+
+Any other key, a missing `caller`, a date that is not YYYY-MM-DD on the calendar, a time that is
+not HH:MM, or an unknown service is a CallFileError whose message names the key and the call.
+YAML reads an unquoted 10:00 as the number 600 (base 60); such a number is taken as that time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from voice_agent.clinic_db import SERVICES
+
+DEFAULT_SCENARIO = "dental_receptionist"
+TOP_KEYS = ("scenario", "today", "calls")
+CALL_KEYS = ("id", "db", "caller", "expect")
+DB_KEYS = ("empty", "appointments")
+APPOINTMENT_KEYS = ("patient_name", "date", "time", "service")
+EXPECT_KEYS = ("appointments", "tool_calls", "no_tool_calls", "must_say", "must_not_say")
+EXPECTED_APPOINTMENT_KEYS = ("date", "time", "service")
+TOOL_CALL_KEYS = ("name", "arguments")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that leaves dates as text (this module checks them, with a message that says where)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+class CallFileError(ValueError):
+    """A call file that cannot be read or does not have the format above; the message says where."""
+
+
+@dataclass(frozen=True)
+class Booking:
+    """A booking in the diary (before a call) or expected in it (after): HH:MM, YYYY-MM-DD."""
+
+    date: str
+    time: str
+    service: str | None = None       # None in an expectation: any service
+    patient_name: str = ""           # set for pre-existing bookings
+
+
+@dataclass(frozen=True)
+class DBSetup:
+    empty: bool = False
+    appointments: tuple[Booking, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expect:
+    appointments: dict[str, tuple[Booking, ...]] = field(default_factory=dict)
+    tool_calls: tuple[dict, ...] = ()          # {"name": str, "arguments": dict}; arguments: a subset
+    no_tool_calls: tuple[str, ...] = ()
+    must_say: tuple[str, ...] = ()
+    must_not_say: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Call:
+    id: str
+    caller: tuple[str, ...]
+    db: DBSetup | None = None                  # None: the scenario's seeded diary
+    expect: Expect = field(default_factory=Expect)
+
+
+@dataclass(frozen=True)
+class CallFile:
+    scenario: str
+    today: dt.date
+    calls: tuple[Call, ...]
+    source: Path | None = None
+
+
+def load_callfile(path: str | Path) -> CallFile:
+    """Read and check a call file. Raises CallFileError (unreadable, not YAML, wrong format)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CallFileError(f"{path}: cannot read the call file ({e})") from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, ValueError) as e:
+        raise CallFileError(f"{path}: not valid YAML: {e}") from None
+    return parse_callfile(data, source=path)
+
+
+def parse_callfile(data: Any, source: Path | None = None) -> CallFile:
+    where = str(source) if source else "call file"
+    if not isinstance(data, dict):
+        raise CallFileError(f"{where}: must be a mapping with keys {', '.join(TOP_KEYS)}")
+    _no_unknown(data, TOP_KEYS, f"{where}: top level")
+    scenario = data.get("scenario", DEFAULT_SCENARIO)
+    if not isinstance(scenario, str) or not scenario.strip():
+        raise CallFileError(f"{where}: 'scenario' must be a scenario name")
+    today = _date(data["today"], f"{where}: 'today'") if "today" in data else dt.date.today()
+    calls = data.get("calls")
+    if not isinstance(calls, list) or not calls:
+        raise CallFileError(f"{where}: 'calls' must be a non-empty list of calls")
+    parsed: list[Call] = []
+    seen: set[str] = set()
+    for i, c in enumerate(calls):
+        call = _call(c, where, i)
+        if call.id in seen:
+            raise CallFileError(f"{where}: call {call.id!r}: duplicate id")
+        seen.add(call.id)
+        parsed.append(call)
+    return CallFile(scenario=scenario.strip(), today=today, calls=tuple(parsed), source=source)
+
+
+def _call(c: Any, file: str, index: int) -> Call:
+    if not isinstance(c, dict):
+        raise CallFileError(f"{file}: calls[{index}]: a call must be a mapping with keys {', '.join(CALL_KEYS)}")
+    cid = c.get("id")
+    if not isinstance(cid, str | int) or isinstance(cid, bool) or not str(cid).strip():
+        raise CallFileError(f"{file}: calls[{index}]: every call needs an 'id'")
+    cid = str(cid).strip()
+    where = f"{file}: call {cid!r}"
+    _no_unknown(c, CALL_KEYS, where)
+    caller = c.get("caller")
+    if "caller" not in c:
+        raise CallFileError(f"{where}: missing 'caller' (the caller's turns, a list of strings)")
+    if not isinstance(caller, list) or not caller:
+        raise CallFileError(f"{where}: 'caller' must be a non-empty list of strings, one per turn")
+    for j, line in enumerate(caller):
+        if not isinstance(line, str) or not line.strip():
+            raise CallFileError(f"{where}: caller[{j}] must be a non-empty string; got {line!r}")
+    db = _db(c["db"], f"{where}: db") if c.get("db") is not None else None
+    expect = _expect(c["expect"], f"{where}: expect") if c.get("expect") is not None else Expect()
+    return Call(id=cid, caller=tuple(s.strip() for s in caller), db=db, expect=expect)
+
+
+def _db(d: Any, where: str) -> DBSetup:
+    if not isinstance(d, dict):
+        raise CallFileError(f"{where}: must be a mapping with keys {', '.join(DB_KEYS)}")
+    _no_unknown(d, DB_KEYS, where)
+    empty = d.get("empty", False)
+    if not isinstance(empty, bool):
+        raise CallFileError(f"{where}: 'empty' must be true or false; got {empty!r}")
+    rows = d.get("appointments") or []
+    if not isinstance(rows, list):
+        raise CallFileError(f"{where}: 'appointments' must be a list of bookings")
+    out = []
+    for k, a in enumerate(rows):
+        w = f"{where}.appointments[{k}]"
+        if not isinstance(a, dict):
+            raise CallFileError(f"{w}: must be a mapping with keys {', '.join(APPOINTMENT_KEYS)}")
+        _no_unknown(a, APPOINTMENT_KEYS, w)
+        for key in ("patient_name", "date", "time"):
+            if key not in a:
+                raise CallFileError(f"{w}: missing '{key}'")
+        name = a["patient_name"]
+        if not isinstance(name, str) or not name.strip():
+            raise CallFileError(f"{w}: 'patient_name' must be a name")
+        out.append(Booking(date=_date(a["date"], f"{w}: 'date'").isoformat(), time=_time(a["time"], f"{w}: 'time'"),
+                           service=_service(a.get("service", "checkup"), f"{w}: 'service'"),
+                           patient_name=" ".join(name.split())))
+    return DBSetup(empty=empty, appointments=tuple(out))
+
+
+def _expect(e: Any, where: str) -> Expect:
+    if not isinstance(e, dict):
+        raise CallFileError(f"{where}: must be a mapping with keys {', '.join(EXPECT_KEYS)}")
+    _no_unknown(e, EXPECT_KEYS, where)
+    appts: dict[str, tuple[Booking, ...]] = {}
+    table = e.get("appointments") or {}
+    if not isinstance(table, dict):
+        raise CallFileError(f"{where}: 'appointments' must map patient names to lists of bookings")
+    for name, rows in table.items():
+        w = f"{where}.appointments[{name!r}]"
+        if not isinstance(name, str) or not name.strip():
+            raise CallFileError(f"{where}.appointments: keys must be patient names; got {name!r}")
+        if not isinstance(rows, list):
+            raise CallFileError(f"{w}: must be a list of bookings ([] for none)")
+        got = []
+        for k, a in enumerate(rows):
+            if not isinstance(a, dict):
+                raise CallFileError(f"{w}[{k}]: must be a mapping with keys {', '.join(EXPECTED_APPOINTMENT_KEYS)}")
+            _no_unknown(a, EXPECTED_APPOINTMENT_KEYS, f"{w}[{k}]")
+            for key in ("date", "time"):
+                if key not in a:
+                    raise CallFileError(f"{w}[{k}]: missing '{key}'")
+            service = a.get("service")
+            got.append(Booking(date=_date(a["date"], f"{w}[{k}]: 'date'").isoformat(),
+                               time=_time(a["time"], f"{w}[{k}]: 'time'"),
+                               service=None if service is None else _service(service, f"{w}[{k}]: 'service'")))
+        appts[" ".join(name.split())] = tuple(got)
+    return Expect(appointments=appts, tool_calls=tuple(_tool_calls(e.get("tool_calls"), f"{where}: tool_calls")),
+                  no_tool_calls=_strings(e.get("no_tool_calls"), f"{where}: no_tool_calls"),
+                  must_say=_strings(e.get("must_say"), f"{where}: must_say"),
+                  must_not_say=_strings(e.get("must_not_say"), f"{where}: must_not_say"))
+
+
+def _tool_calls(items: Any, where: str) -> list[dict]:
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise CallFileError(f"{where}: must be a list of tool names or {{name, arguments}}")
+    out = []
+    for k, item in enumerate(items):
+        if isinstance(item, str) and item.strip():
+            out.append({"name": item.strip(), "arguments": {}})
+            continue
+        if not isinstance(item, dict):
+            raise CallFileError(f"{where}[{k}]: must be a tool name or {{name, arguments}}; got {item!r}")
+        _no_unknown(item, TOOL_CALL_KEYS, f"{where}[{k}]")
+        if not isinstance(item.get("name"), str) or not item["name"].strip():
+            raise CallFileError(f"{where}[{k}]: missing 'name'")
+        args = item.get("arguments") or {}
+        if not isinstance(args, dict):
+            raise CallFileError(f"{where}[{k}]: 'arguments' must be a mapping")
+        out.append({"name": item["name"].strip(), "arguments": dict(args)})
+    return out
+
+
+def _strings(items: Any, where: str) -> tuple[str, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list) or not all(isinstance(s, str) and s.strip() for s in items):
+        raise CallFileError(f"{where}: must be a list of non-empty strings")
+    return tuple(s.strip() for s in items)
+
+
+def _no_unknown(d: dict, known: tuple[str, ...], where: str) -> None:
+    for key in d:
+        if key not in known:
+            raise CallFileError(f"{where}: unknown key {key!r} (allowed: {', '.join(known)})")
+
+
+def _date(value: Any, where: str) -> dt.date:
+    if isinstance(value, dt.datetime):
+        raise CallFileError(f"{where} must be a date YYYY-MM-DD, not a date and time; got {value!r}")
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+        try:
+            return dt.date.fromisoformat(value.strip())
+        except ValueError:
+            raise CallFileError(f"{where}: {value!r} is not a real calendar date") from None
+    raise CallFileError(f"{where} must be a date YYYY-MM-DD; got {value!r}")
+
+
+def _time(value: Any, where: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24 * 60:
+        return f"{value // 60:02d}:{value % 60:02d}"  # YAML 1.1 read an unquoted 10:00 as 600
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", value.strip()) if isinstance(value, str) else None
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+        raise CallFileError(f"{where} must be a time HH:MM (24-hour); got {value!r}")
+    return f"{int(m.group(1)):02d}:{m.group(2)}"
+
+
+def _service(value: Any, where: str) -> str:
+    if value not in SERVICES:
+        raise CallFileError(f"{where} must be one of {', '.join(SERVICES)}; got {value!r}")
+    return str(value)
