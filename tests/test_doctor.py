@@ -1,0 +1,106 @@
+"""`voice-agent doctor`: exits 0 on this install and prints every item; a missing adapter, a bad
+precision setting or (with --for) a busy port makes it exit 1 and name what is affected; secrets
+are never printed."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from voice_agent import doctor
+from voice_agent.cli import main as cli_main
+
+ITEMS = ["base weights", "adapter", "STT tiny.en", "TTS hibari", "VAD (live, pipecat Silero)",
+         "CPU bf16 flags", "precision", "audio input devices", "audio output devices", "port 8765 (phone)",
+         "port 8000 (serve)", "LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET", "version torch",
+         "version pipecat-ai", "version livekit-agents", "version faster-whisper"]
+
+
+def _doctor(capsys, *args: str) -> tuple[int, str]:
+    code = cli_main(["doctor", *args])
+    return code, capsys.readouterr().out
+
+
+def _line(out: str, item: str) -> str:
+    return next(ln for ln in out.splitlines() if ln[8:].startswith(item + " "))
+
+
+def test_doctor_exits_zero_here_and_prints_every_item(capsys):
+    code, out = _doctor(capsys)
+    assert code == 0, out
+    for item in ITEMS:
+        assert any(ln[8:].startswith(item + " ") for ln in out.splitlines()), (item, out)
+    # Models come with their path and size.
+    import engine.api
+
+    adapter = _line(out, "adapter")
+    assert str(engine.api.DEFAULT_ADAPTER) in adapter and " MB)" in adapter
+    assert "FAIL" not in out and out.rstrip().splitlines()[-1].startswith("doctor: nothing a command needs is missing")
+    # The precision line says what the engine will use and why.
+    assert any(p in _line(out, "precision") for p in ("fp32 (", "bf16 ("))
+
+
+def test_missing_adapter_fails_and_names_it(capsys, monkeypatch, tmp_path):
+    import engine.api
+
+    monkeypatch.setattr(engine.api, "DEFAULT_ADAPTER", tmp_path / "moved_away.safetensors")
+    code, out = _doctor(capsys)
+    assert code == 1
+    line = _line(out, "adapter")
+    assert line.startswith("  FAIL") and "moved_away.safetensors" in line and "affects: replay, mic, phone, serve" in line
+    assert out.rstrip().splitlines()[-1].startswith("doctor: 1 problem(s): adapter; affects: ")
+
+
+def test_a_bad_precision_setting_fails(capsys, monkeypatch):
+    pytest.importorskip("engine.precision", reason="VOICE_AGENT_PRECISION comes with engine/precision.py")
+    monkeypatch.setenv("VOICE_AGENT_PRECISION", "fp8")
+    code, out = _doctor(capsys)
+    assert code == 1 and _line(out, "precision").startswith("  FAIL")
+
+
+def test_precision_follows_the_environment(capsys, monkeypatch):
+    pytest.importorskip("engine.precision", reason="VOICE_AGENT_PRECISION comes with engine/precision.py")
+    monkeypatch.setenv("VOICE_AGENT_PRECISION", "fp32")
+    code, out = _doctor(capsys)
+    assert code == 0 and "fp32 (VOICE_AGENT_PRECISION=fp32)" in _line(out, "precision")
+
+
+def test_busy_port_warns_and_fails_only_for_its_command(capsys, monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        monkeypatch.setitem(doctor.PORTS, "phone", port)
+        code, out = _doctor(capsys)
+        assert code == 0 and _line(out, f"port {port} (phone)").startswith("  warn")
+        code, out = _doctor(capsys, "--for", "phone")
+        assert code == 1 and _line(out, f"port {port} (phone)").startswith("  FAIL")
+        assert "affects: phone" in out.splitlines()[-1]
+
+
+def test_livekit_settings_are_shown_without_secrets():
+    env = {"LIVEKIT_URL": "wss://agent:hunter2@lk.example.com:7880/rtc?access_token=abc123",
+           "LIVEKIT_API_KEY": "APIkeyvalue42", "LIVEKIT_API_SECRET": "s3cr3t-value-xyz"}
+    checks = {c.item: c for c in doctor.check_livekit(env)}
+    assert checks["LIVEKIT_URL"].detail == "wss://lk.example.com:7880/rtc"
+    shown = " ".join(c.detail for c in checks.values())
+    for secret in ("hunter2", "abc123", "APIkeyvalue42", "s3cr3t-value-xyz"):
+        assert secret not in shown
+    assert checks["LIVEKIT_API_SECRET"].status == "ok" and "16 characters" in checks["LIVEKIT_API_SECRET"].detail
+    assert checks["LIVEKIT_TOKEN"].status == "warn" and checks["LIVEKIT_TOKEN"].affects == ("room",)
+
+
+def test_a_check_that_crashes_is_a_failure_not_a_crash(capsys, monkeypatch):
+    def broken() -> list[doctor.Check]:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setitem(doctor.SECTIONS, "cpu", broken)
+    code, out = _doctor(capsys)
+    assert code == 1 and "check failed: RuntimeError: disk on fire" in out
+
+
+def test_sizes_read_plainly(tmp_path: Path):
+    (tmp_path / "a").write_bytes(b"x" * 3000)
+    assert doctor.human(doctor.size_of(tmp_path)) == "2.9 KB" and doctor.human(512) == "512 B"

