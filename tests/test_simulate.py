@@ -252,7 +252,8 @@ def test_an_empty_clinic_has_no_bookings_and_takes_pre_existing_ones(tmp_path):
 # -- the runner: Pipecat mechanics on a scripted engine -----------------------------------------
 
 class ScriptedEngine:
-    """Stands in for the engine: books when asked to, then reads the tool result back."""
+    """Stands in for the engine: asked to book, it looks for free times, books (two tool rounds),
+    then reads the booking back."""
 
     model_name = "scripted"
 
@@ -266,14 +267,15 @@ class ScriptedEngine:
         self.requests.append(messages)
         last = messages[-1]
         calls: list[dict] = []
-        if last["role"] == "tool":
-            result = json.loads(last["content"])
+        result = json.loads(last["content"]) if last["role"] == "tool" else {}
+        text = ""
+        if "free_times" in result:
+            calls = [self._call("book_appointment", {"patient_name": "Jordan Lee", "date": result["date"],
+                                                     "time": result["free_times"][0], "service": "cleaning"})]
+        elif result:
             text = f"You're booked for {result['date']} at {result['time']}." if result.get("booked") else "Sorry."
         elif "book" in last["content"]:
-            args = {"patient_name": "Jordan Lee", "date": "2026-12-08", "time": "10:00", "service": "cleaning"}
-            calls = [{"id": "call_1", "type": "function",
-                      "function": {"name": "book_appointment", "arguments": json.dumps(args)}}]
-            text = ""
+            calls = [self._call("find_free_slots", {"date": "2026-12-08"})]
         else:
             text = "Goodbye!"
         if text:
@@ -285,6 +287,9 @@ class ScriptedEngine:
                                                     finish_reason="tool_calls" if calls else "stop",
                                                     metrics=metrics, model="scripted"))
 
+    def _call(self, name: str, args: dict) -> dict:
+        return {"id": f"call_{len(self.requests)}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
 
 async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_answer(tmp_path):
     call = good_call()
@@ -294,16 +299,18 @@ async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_ans
 
     assert record.error is None
     first, second = record.turns
-    assert [c.name for c in first.tool_calls] == ["book_appointment"] and first.tool_calls[0].result["booked"]
-    assert [r.text for r in first.replies] == ["You're booked for 2026-12-08 at 10:00."]
-    assert first.fillers == [SCENARIO.filler]            # the tool outlasted filler_after_s=0: filler, apart
-    assert len(first.metrics) == 2 and first.first_answer_ms is not None
+    assert [c.name for c in first.tool_calls] == ["find_free_slots", "book_appointment"]
+    found, booked = first.tool_calls[0].result, first.tool_calls[1].result
+    assert booked["booked"] and first.tool_calls[1].arguments["time"] == found["free_times"][0]
+    assert [r.text for r in first.replies] == [f"You're booked for {booked['date']} at {booked['time']}."]
+    assert first.fillers == [SCENARIO.filler] * 2        # each tool outlasted filler_after_s=0: filler, apart
+    assert len(first.metrics) == 3 and first.first_answer_ms is not None
     assert [r.text for r in second.replies] == ["Goodbye!"] and len(second.metrics) == 1
     # The database was read back after the call, and the second LLM round saw the tool result.
-    assert record.appointments["Jordan Lee"] == [{"date": "2026-12-08", "time": "10:00", "service": "cleaning"}]
+    assert record.appointments["Jordan Lee"] == [{"date": "2026-12-08", "time": "09:00", "service": "cleaning"}]
     assert record.appointments["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]
     assert [c["action"] for c in record.changes] == ["booked"]
-    assert engine.requests[1][-1]["role"] == "tool"
+    assert [m[-1]["role"] for m in engine.requests] == ["user", "tool", "tool", "user"]
     assert engine.requests[0][1] == {"role": "assistant", "content": SCENARIO.greeting}  # after the system prompt
     assert not list(tmp_path.iterdir())  # the call's database was temporary
 

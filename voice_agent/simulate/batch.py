@@ -45,7 +45,8 @@ async def _simulate(calls: CallFile, scenario: Scenario, engine: Any, opts: RunO
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(c.caller) for c in calls.calls), desc="caller turns", unit="turn", file=sys.stderr)
+        bar = tqdm(total=sum(len(c.caller) for c in calls.calls), desc="caller turns", unit="turn", file=sys.stderr,
+                   disable=None)  # no bar when stderr is not a terminal: the per-call lines stay
 
     def on_turn(_turn: TurnRecord) -> None:
         if bar is not None:

@@ -14,8 +14,9 @@ assistant's first message, as the live call's context does once the TTS has spok
 
 Each caller line goes in as an `LLMMessagesAppendFrame(run_llm=True)` (what a finished user turn
 does after STT). The TurnCollector records what reaches the TTS side (answer text per LLM response,
-the filler, tool calls with their results) and ends the turn once every LLM response has ended,
-no tool call is still running and no tool result is still waiting for its LLM round. Tool rounds
+the filler, tool calls with their results) and ends the turn once every LLM response has ended, no
+tool call is still running, and every context sent to the LLM (the user aggregator's, and each one
+the assistant aggregator sends back upstream after tool results) has had its response. Tool rounds
 are Pipecat's: `run_function_calls` in the service, results back into the context by the assistant
 aggregator, which runs the LLM again.
 """
@@ -37,6 +38,7 @@ from pipecat.frames.frames import (
     Frame,
     FunctionCallResultFrame,
     FunctionCallsStartedFrame,
+    LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMMessagesAppendFrame,
@@ -82,13 +84,14 @@ class TurnCollector(FrameProcessor):
         self.done = asyncio.Event()
         self._open = 0                  # LLM responses started and not yet ended
         self._running: set[str] = set()  # tool calls started, no result yet
-        self._awaiting = False          # a context went to the LLM; its response has not started
+        self._contexts = 0              # contexts sent to the LLM whose response has not started
+        self._result_owed = False       # a tool result in, the assistant aggregator's context not yet
         self._parts: list[str] = []
         self._t0 = 0.0
 
     def begin(self, caller: str) -> TurnRecord:
         self.turn = TurnRecord(caller=caller)
-        self._awaiting, self._parts = True, []
+        self._contexts, self._result_owed, self._parts = 1, False, []  # the user aggregator's context
         self._t0 = time.perf_counter()
         self.done.clear()
         return self.turn
@@ -97,14 +100,19 @@ class TurnCollector(FrameProcessor):
         await super().process_frame(frame, direction)
         if direction == FrameDirection.DOWNSTREAM and self.turn is not None:
             self._record(frame, self.turn)
+        elif direction == FrameDirection.UPSTREAM and isinstance(frame, LLMContextFrame):
+            # the assistant aggregator runs the LLM again (after tool results)
+            self._contexts += 1
+            self._result_owed = False
         await self.push_frame(frame, direction)
-        if self.turn is not None and not (self._open or self._running or self._awaiting):
+        if self.turn is not None and not (self._open or self._running or self._contexts or self._result_owed):
             self.done.set()
 
     def _record(self, frame: Frame, turn: TurnRecord) -> None:
         if isinstance(frame, LLMFullResponseStartFrame):
             self._open += 1
-            self._awaiting, self._parts = False, []
+            self._contexts = max(0, self._contexts - 1)
+            self._parts = []
         elif isinstance(frame, LLMTextFrame):
             self._parts.append(frame.text)
             if turn.first_answer_ms is None and frame.text.strip() and "".join(self._parts).strip() not in self.fallbacks:
@@ -127,7 +135,7 @@ class TurnCollector(FrameProcessor):
             turn.tool_calls.append(ToolCallRecord(name=frame.function_name, arguments=dict(frame.arguments or {}),
                                                   result=frame.result))
             if frame.result:  # the assistant aggregator runs the LLM again on a non-empty result
-                self._awaiting = True
+                self._result_owed = True
 
 
 async def run_call(call: Call, scenario: Scenario, engine: Any, today: dt.date, opts: RunOptions,
