@@ -7,6 +7,7 @@ markers are identical for every ChatML model; other checkpoints use their own Ji
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -144,6 +145,10 @@ class ChatFormat:
                           enable_thinking=thinking, bos_token="", eos_token="")
 
 
+_BROKEN_THINK_CLOSE = re.compile(r"</think(?=[^>])")
+_BROKEN_THINK_CLOSE_END = re.compile(r"</think$")
+
+
 class OutputParser:
     """Splits streamed model text into reasoning, answer and tool-call text, holding back
     partial tags so that a tag cut by a block boundary never leaks into the answer."""
@@ -159,6 +164,11 @@ class OutputParser:
         self.buf += text
         events: list[tuple[str, str]] = []
         while self.buf:
+            if self.mode == "reasoning":
+                # Second line of defence after block_rewrite: a closer that lost its ">" ("</think\n",
+                # or "</think" as the last text) still ends the reasoning, so the answer is not lost.
+                self.buf = _BROKEN_THINK_CLOSE_END.sub(THINK_CLOSE, self.buf) if final else self.buf
+                self.buf = _BROKEN_THINK_CLOSE.sub(THINK_CLOSE, self.buf, count=1)
             idx, tag = min(((self.buf.find(t), t) for t in self.TAGS if t in self.buf), default=(-1, ""))
             if idx < 0:
                 hold = 0 if final else self._partial_tag_len(self.buf)

@@ -245,3 +245,17 @@ def test_bf16_agrees_with_fp32_on_real_weights(base_engine_fp32):
         agree = (f[steps].argmax(-1) == b[steps].argmax(-1)).float().mean()
         assert float(agree) >= BF16_TOLERANCE.min_top1_agreement
         assert float((f.argmax(-1) == b.argmax(-1)).float().mean()) >= BF16_TOLERANCE.min_top1_agreement
+
+
+@pytest.mark.parametrize("chunks", [["I need a day. </think", "\n\nWhat day suits you?"],
+                                    ["I need a day. </think\n", "What day suits you?"],
+                                    ["I need a day.</think What day suits you?"]])
+def test_a_think_closer_without_its_bracket_still_ends_the_reasoning(chunks):
+    """Measured on an AVX512-BF16 machine: the model wrote `</think` without `>`, and every word after
+    it was taken as reasoning (empty content for 8 of 8 server requests). The parser must not lose it."""
+    from engine.chat_format import OutputParser
+
+    p = OutputParser(in_reasoning=True)
+    for i, c in enumerate(chunks):
+        p.feed(c, final=i == len(chunks) - 1)
+    assert p.answer.strip() == "What day suits you?" and p.reasoning.strip() == "I need a day."

@@ -41,10 +41,16 @@ class Scenario:
     def tool_names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tools]
 
+    @property
+    def facts(self) -> dict[str, str]:
+        """The scenario's `facts` block (hours, address, prices, ...): what the agent answers questions from."""
+        return {str(k): str(v) for k, v in (self.extra.get("facts") or {}).items()}
+
     def system_prompt_for(self, today: dt.date | None = None) -> str:
-        """The system prompt with today's date, so the model can resolve "tomorrow" or "next Monday"."""
+        """The system prompt with the facts and today's date (the tools resolve "tomorrow" against it)."""
         today = today or dt.date.today()
-        return f"{self.system_prompt.rstrip()}\nToday is {today:%A}, {today.isoformat()}."
+        facts = "".join(f"\n{k.capitalize()}: {v}" for k, v in self.facts.items())
+        return f"{self.system_prompt.rstrip()}{facts}\nToday is {today:%A}, {today.isoformat()}."
 
     def bind_handlers(self, *backends: Any) -> dict[str, ToolHandler]:
         """Map each tool name to the backend method of the same name.

@@ -45,6 +45,8 @@ class TrainConfig:
     ckpt_minutes: float = 4.0
     seed: int = 0
     threads: int = 1  # one thread: on shared cores OpenMP barriers stall a 2-thread job
+    max_len: int = 640  # prompt + 3x answer tokens; longer records are skipped
+    init_adapter: str = ""  # a new run starts from this adapter's LoRA factors and mask embedding
     base: str = "smollm2"  # or a path to an HF folder (tests use a tiny one)
 
     @classmethod
@@ -73,6 +75,8 @@ HELP = {
     "ckpt_minutes": "checkpoint interval; SIGTERM/Ctrl-C also checkpoints before exiting",
     "seed": "sampling seed",
     "threads": "torch threads (1 is fastest on a shared 2-core box)",
+    "max_len": "skip records whose prompt + 3 x answer is longer (tokens)",
+    "init_adapter": "start a new run from this adapter (.safetensors from `export`, same rank); '' = from scratch",
     "base": "'smollm2' (the bundled base) or the path of an HF model folder",
 }
 
@@ -161,12 +165,15 @@ def load_base(cfg: TrainConfig):
 
 
 def encode_pairs(tok, records: list[dict], max_len: int = 640) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids) per record: a distilled record's cleaned teacher answer, or a scripted
+    record's target as written (voice_agent.dialogues)."""
     from engine.train.teacher import clean_target
 
     out = []
     for r in records:
         p = tok.encode(r["prompt"], add_special_tokens=False).ids
-        a = tok.encode(clean_target(r), add_special_tokens=False).ids
+        target = clean_target(r) if "teacher_answer" in r else r["target"]
+        a = tok.encode(target, add_special_tokens=False).ids
         if 0 < len(a) and len(p) + 3 * len(a) <= max_len:
             out.append((p, a))
     return out
@@ -312,6 +319,15 @@ def fit(cfg: TrainConfig) -> dict:
         opt.load_state_dict(st["opt"])
         step, tokens_seen, elapsed0 = st["step"], st["tokens_seen"], st["elapsed_s"]
         print(f"resumed from step {step} ({tokens_seen} tokens, {elapsed0 / 60:.1f} min)")
+    elif cfg.init_adapter:
+        from safetensors import safe_open
+
+        with safe_open(cfg.init_adapter, framework="pt") as f, torch.no_grad():
+            for k, lo in loras.items():
+                lo.lora_A.copy_(f.get_tensor(f"{k}.lora_A").float())
+                lo.lora_B.copy_(f.get_tensor(f"{k}.lora_B").float())
+            mask_vec.copy_(f.get_tensor("mask_embedding").to(mask_vec.dtype))
+        print(f"started from the adapter {cfg.init_adapter}")
     blocks = [int(b) for b in cfg.block_sizes.split(",")]
     im_end = tok.token_to_id("<|im_end|>")
     sys_cache = SystemPromptCache()
@@ -336,7 +352,7 @@ def fit(cfg: TrainConfig) -> dict:
         if step % 25 == 0 or not pairs:  # the corpus may still be growing
             recs = read_records(cfg.data / "train.jsonl")
             if len(recs) != n_loaded:
-                pairs, n_loaded = encode_pairs(tok, recs), len(recs)
+                pairs, n_loaded = encode_pairs(tok, recs, cfg.max_len), len(recs)
             if not pairs:
                 time.sleep(10)
                 continue

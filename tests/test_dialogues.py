@@ -1,0 +1,60 @@
+"""The scripted-dialogue generator: repeatable, covers every tool and failure case, held-out is unseen."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from voice_agent.clinic_db import TOOL_NAMES
+from voice_agent.dialogues.generate import day_phrases, generate, time_phrases
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dlg")
+    stats = generate(out / "a", n_calls=120, n_heldout=20, seed=3)
+    return out, stats
+
+
+def test_a_fixed_seed_gives_the_same_corpus(corpus, tmp_path):
+    out, _ = corpus
+    generate(tmp_path / "b", n_calls=120, n_heldout=20, seed=3)
+    assert (out / "a" / "train.jsonl").read_bytes() == (tmp_path / "b" / "train.jsonl").read_bytes()
+    assert (out / "a" / "heldout_calls.json").read_text() == (tmp_path / "b" / "heldout_calls.json").read_text()
+
+
+def test_every_tool_and_every_failure_case_appears(corpus):
+    out, stats = corpus
+    assert set(TOOL_NAMES) <= set(stats["acts"])
+    recs = [json.loads(x) for x in (out / "a" / "train.jsonl").read_text().splitlines()]
+    text = "\n".join(r["prompt"] + r["target"] for r in recs)
+    for case in ("already taken", "closed on weekends", "No patient named", "Goodbye", "I can only help with",
+                 "Free parking", "You're booked", "Your appointment is now on", "I've cancelled"):
+        assert case in text, case
+    assert any(r["think"] for r in recs) and not all(r["think"] for r in recs)
+    for r in recs:  # targets are what the engine expects: an answer or a tool call, then end of turn
+        assert r["target"].endswith("<|im_end|>")
+        assert r["prompt"].endswith("<think>\n") == r["think"]
+
+
+def test_heldout_calls_use_unseen_names(corpus):
+    out, _ = corpus
+    recs = (out / "a" / "train.jsonl").read_text()
+    held = json.loads((out / "a" / "heldout_calls.json").read_text())
+    callers = [n for c in held for n in c["expect"]["appointments"]
+               if not any(a["patient_name"] == n for a in c["db"]["appointments"])]
+    assert callers and all(n not in recs for n in callers)
+
+
+def test_generated_words_resolve_to_the_intended_day_and_time():
+    import datetime as dt
+
+    from voice_agent.clinic_words import parse_day, parse_time
+
+    today = dt.date(2026, 12, 1)
+    for k in range(1, 20):
+        d = today + dt.timedelta(days=k)
+        assert all(parse_day(p, today) == d for p in day_phrases(d, today)) and day_phrases(d, today)
+    for hhmm in ("09:00", "09:30", "12:00", "13:30", "16:30"):
+        assert time_phrases(hhmm) and all(parse_time(p) == hhmm for p in time_phrases(hhmm))

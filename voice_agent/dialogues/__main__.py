@@ -1,0 +1,27 @@
+"""python -m voice_agent.dialogues: write the dialogue corpus (train.jsonl) and held-out simulate calls."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m voice_agent.dialogues", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("runs/dialogues"), help="folder for train.jsonl and heldout_calls.json")
+    p.add_argument("--calls", type=int, default=3000, help="training calls to play")
+    p.add_argument("--heldout-calls", type=int, default=60, help="held-out calls (unseen names and phrasings)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--think-share", type=float, default=0.5, help="share of records with the reasoning note")
+    a = p.parse_args(argv)
+    from voice_agent.dialogues.generate import generate
+
+    stats = generate(a.out, a.calls, a.heldout_calls, a.seed, a.think_share)
+    print(json.dumps(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
