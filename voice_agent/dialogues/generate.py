@@ -369,6 +369,11 @@ def caller_reply(sim: CallerSim, s: State, said: str) -> str | None:
         offered = _offered(said)
         if "next free time" in said:
             return None  # fully booked day: the caller will think about it
+        if "I have" in said and s.part is None and s.intent == "book" and rng.random() < 0.3:
+            # "Do you have anything in the morning?": the caller narrows the day instead of picking
+            s.part = p.part = rng.choice(["morning", "afternoon"])
+            p.time = rng.choice([t for t in _day_times() if (t < "12:00") == (p.part == "morning")])
+            return asr(L.bank(L.MORNING if p.part == "morning" else L.AFTERNOON, split, rng), rng)
         if offered and p.time not in offered:
             p.time = rng.choice(offered)
         s.day = s.day if s.day and s.day[0].isdigit() else s.day

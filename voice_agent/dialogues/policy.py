@@ -37,6 +37,7 @@ class State:
     name: str | None = None
     part: str | None = None          # morning | afternoon
     checked_day: str | None = None   # the day whose free times were read out
+    checked_part: str | None = None  # ... and for which part of the day
     booked: dict | None = None       # the last booking result (a correction moves it)
     done: bool = False               # the intent was carried out
     pending_say: str | None = None   # what to answer first (a question, a goodbye)
@@ -63,7 +64,7 @@ def next_action(s: State) -> Act:
         if s.day is None:
             return Act("say", text=ASK["day"], note=s.note("ask day"))
         if s.time is None:
-            if s.checked_day == s.day:
+            if s.checked_day == s.day and s.checked_part == s.part:
                 return Act("say", text=ASK["time"], note=s.note("ask time"))
             args = {"date": s.day, **({"part_of_day": s.part} if s.part else {}), "service": s.service}
             return Act("call", tool="find_free_slots", args=args, note=s.note("find_free_slots"))
@@ -101,7 +102,7 @@ def absorb(s: State, tool: str, args: dict, result: dict) -> None:
             return
         times = result.get("free_times") or []
         s.day = result["date"]
-        s.checked_day = s.day
+        s.checked_day, s.checked_part = s.day, args.get("part_of_day")
         if not times:
             nxt = result.get("next_free")
             s.day = s.checked_day = None
