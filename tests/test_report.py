@@ -283,3 +283,16 @@ def test_report_html_command_rerenders(rendered, tmp_path):
     (tmp_path / "r" / "report.html").unlink()
     assert cli_main(["report", "html", str(tmp_path / "r" / "report.json")]) == 0
     assert "plot-waterfall" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_appointments_expectation_checks_what_the_call_left_in_the_diary():
+    from voice_agent.latency.expectations import check_call
+
+    call = {"turns": [], "appointments": [{"patient_name": "jordan lee", "date": "2026-12-08", "time": "10:00",
+                                           "service": "cleaning"}]}
+    want = {"Jordan Lee": [{"date": "2026-12-08", "time": "10:00", "service": "cleaning"}], "Ana Ruiz": []}
+    assert check_call(call, {"appointments": want})["passed"]
+    wrong_time = {"Jordan Lee": [{"date": "2026-12-08", "time": "10:30"}]}
+    res = check_call(call, {"appointments": wrong_time})
+    assert not res["passed"] and res["checks"][0]["actual"] == "2026-12-08 10:00 cleaning"
+    assert not check_call({"turns": [], "appointments": []}, {"appointments": {"Jordan Lee": want["Jordan Lee"]}})["passed"]

@@ -34,7 +34,12 @@ SCRIPT: list[tuple[str, float]] = [
     ("Ten in the morning works, and my name is Jordan Lee.", 7.0),
     ("Great, thank you so much, bye!", TAIL_S),
 ]
+# The call is replayed against the day it was recorded and an empty diary, so that the booking it
+# ends with is the same on every day the replay runs (voice_agent/replay.py call_clinic).
+TODAY = "2026-12-01"
+DB = {"empty": True}
 EXPECT = {
+    "appointments": {"Jordan Lee": [{"date": "2026-12-08", "time": "10:00", "service": "cleaning"}]},
     "tool_calls": ["find_free_slots", "book_appointment"],
     "no_tool_calls": ["cancel_appointment"],
     "must_say": ["Tuesday"],
@@ -71,6 +76,8 @@ def make_sample(out_dir: Path = SAMPLES_DIR, name: str = NAME) -> tuple[Path, Pa
         "scenario": "dental_receptionist",
         "tts": f"hibari-tts (voice heart), seeds 1000+i, resampled to {RATE} Hz",
         "sample_rate": RATE,
+        "today": TODAY,
+        "db": DB,
         "duration_s": round(len(samples) / RATE, 3),
         "script": [line["text"] for line in lines],
         "lines": lines,

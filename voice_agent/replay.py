@@ -92,17 +92,31 @@ def _sidecar(path: Path) -> dict | None:
 
 # --- the pipeline ------------------------------------------------------------------------------
 
-def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observers: list[Any],
-                   db_path: Path) -> Any:
-    """The live-call pipeline on our transport, with a fresh clinic database per call (replays are
-    repeatable and never touch the real bookings). Returns the worker to run."""
+def call_clinic(db_path: Path, meta: dict | None) -> tuple[Any, dt.date | None]:
+    """A fresh clinic database for one replayed call (replays are repeatable and never touch the real
+    bookings), and the call's "today". A recording's metadata may pin both, so that a call recorded on
+    one day replays against the same diary on any other: {"today": "2026-12-01", "db": {"empty": true,
+    "appointments": [{patient_name, date, time, service}]}}."""
     from voice_agent.clinic_db import ClinicDB
+
+    meta = meta or {}
+    today = dt.date.fromisoformat(str(meta["today"])) if meta.get("today") else None
+    db_spec = meta.get("db") or {}
+    db = ClinicDB(db_path, today=today, empty=bool(db_spec.get("empty")))
+    for a in db_spec.get("appointments") or []:
+        db.add_appointment(a["patient_name"], a["date"], a["time"], a.get("service", "checkup"))
+    return db, today
+
+
+def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observers: list[Any],
+                   db: Any, today: dt.date | None) -> Any:
+    """The live-call pipeline on our transport, on the call's own clinic database. Returns the worker."""
     from voice_agent.pipeline import PipelineOptions, build_pipeline
 
     options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model,
                               smart_turn=opts.smart_turn)
     built = build_pipeline(transport, scenario, options, engine=engine, observers=observers,
-                           tool_backends=[ClinicDB(db_path)])
+                           tool_backends=[db], today=today)
     return built
 
 
@@ -115,7 +129,7 @@ def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
 
 
 async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
-                    opts: ReplayOptions, turns_bar: Any, db_path: Path) -> tuple[Any, Any]:
+                    opts: ReplayOptions, turns_bar: Any, db: Any, today: dt.date | None) -> tuple[Any, Any]:
     from pipecat.workers.runner import WorkerRunner
 
     from voice_agent.latency.observer import TurnLatencyObserver
@@ -131,7 +145,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     observer = TurnLatencyObserver(clock=transport.clock.now, on_turn=on_turn)
     transport.set_idle_probe(observer.idle_for)
     probe = ReplayProbe(transport)
-    built = _make_pipeline(transport, scenario, opts, engine, [observer, probe], db_path)
+    built = _make_pipeline(transport, scenario, opts, engine, [observer, probe], db, today)
     task = built.task
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(task)
@@ -245,8 +259,9 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     db_path.unlink(missing_ok=True)
     t_wall = time.monotonic()
     try:
+        db, today = call_clinic(db_path, _sidecar(path))
         observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar,
-                                              db_path)
+                                              db, today)
     except Exception as e:  # one call failing must not stop the batch
         logger.exception(f"replay of {path} failed")
         entry["error"] = f"{path}: replay failed: {type(e).__name__}: {e}"
@@ -277,6 +292,9 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     entry["greeting"] = {"bot_text": g.bot_text.strip(),
                          "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
 
+    # What the call left in the diary: upcoming bookings per patient (checked by `appointments` expectations).
+    upcoming = [a for a in db.appointments() if a["date"] >= db.today().isoformat()]
+    entry["appointments"] = upcoming
     meta = _sidecar(path)
     script = [str(s) for s in (meta or {}).get("script", [])]
     if script:

@@ -15,10 +15,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout-calls", type=int, default=60, help="held-out calls (unseen names and phrasings)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--think-share", type=float, default=0.5, help="share of records with the reasoning note")
+    p.add_argument("--simulate-file", type=Path, default=None,
+                   help="also write the held-out calls as a `voice-agent simulate` file here")
+    p.add_argument("--handwritten", type=Path, default=None, help="hand-written simulate calls to append to it")
     a = p.parse_args(argv)
-    from voice_agent.dialogues.generate import generate
+    from voice_agent.dialogues.generate import generate, write_simulate_file
 
     stats = generate(a.out, a.calls, a.heldout_calls, a.seed, a.think_share)
+    if a.simulate_file:
+        held = json.loads((a.out / "heldout_calls.json").read_text())
+        stats["simulate_file_calls"] = write_simulate_file(held, a.simulate_file, a.handwritten)
     print(json.dumps(stats))
     return 0
 
