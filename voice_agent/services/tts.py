@@ -25,8 +25,10 @@ from loguru import logger
 from pipecat.audio.utils import create_stream_resampler
 from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
-from pipecat.services.tts_service import TTSService
+from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
+
+from voice_agent.services.clause import FirstClauseAggregator
 
 TTS_BACKENDS = ("hibari", "piper", "coqui")
 _END = object()
@@ -77,6 +79,11 @@ class _LocalTTSService(TTSService):
         # write the service off for it (the default would after three such contexts).
         kwargs.setdefault("max_consecutive_zero_audio_contexts", 0)
         super().__init__(settings=TTSSettings(model=model, voice=voice, language=Language.EN, extra={}), **kwargs)
+        if self._text_aggregation_mode == TextAggregationMode.SENTENCE:
+            # Pipecat builds its SimpleTextAggregator here with no way to pass another: swap it for the
+            # first-clause one (voice_agent/services/clause.py) with the same settings.
+            self._text_aggregator = FirstClauseAggregator(aggregation_type=self._text_aggregation_mode,
+                                                          language=self._text_aggregator.language)
         self.trim = trim
         self._resampler = create_stream_resampler()
 
