@@ -55,6 +55,8 @@ class ReplayOptions:
     stt_model: str = "tiny.en"
     smart_turn: bool = False
     engine_threads: int | None = None
+    decoding: str = "diffusion"   # "ar": the same weights decoded one token per pass (the baseline)
+    precision: str | None = None  # engine precision (None: $VOICE_AGENT_PRECISION, else auto)
 
 
 def discover_inputs(inputs: list[Path]) -> list[Path]:
@@ -322,7 +324,9 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     files = discover_inputs(inputs)
     scenario = load_scenario(opts.scenario)
     effort = opts.reasoning_effort or scenario.reasoning_effort
-    engine = Engine.load(opts.model, threads=opts.engine_threads)
+    engine = Engine.load(opts.model, threads=opts.engine_threads, precision=opts.precision)
+    if opts.decoding == "ar":
+        engine = engine.variant(family="ar")  # same weights, one token per forward: diffusion's share, measured
     calls: list[dict] = []
     taken: set[str] = set()
     calls_bar = None

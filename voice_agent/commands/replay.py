@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smart-turn", action="store_true",
                         help="end turns with Smart Turn v3 instead of VAD silence (the pipeline's option)")
     parser.add_argument("--stt-model", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
+    parser.add_argument("--decoding", choices=["diffusion", "ar"], default="diffusion",
+                        help="ar: the same weights decoded autoregressively, to measure diffusion's share of the gain")
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=None,
+                        help="engine precision (default: $VOICE_AGENT_PRECISION, else auto)")
     parser.add_argument("--engine-threads", type=int, default=None,
                         help="torch threads for the engine (default: torch's choice)")
     parser.add_argument("--link-audio", action="store_true",
@@ -60,5 +64,6 @@ def run(args: argparse.Namespace) -> int:
         caller_channel=args.caller_channel, budget_ms=args.budget_ms,
         expect=Path(args.expect) if args.expect else None, tail_s=args.tail_s,
         embed_audio=not args.link_audio, progress=not args.no_progress, smart_turn=args.smart_turn,
-        stt_model=args.stt_model, engine_threads=args.engine_threads)
+        stt_model=args.stt_model, engine_threads=args.engine_threads, decoding=args.decoding,
+        precision=args.precision)
     return replay_main([Path(p) for p in getattr(args, "inputs", [])], Path(args.out), opts)
