@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default=None, choices=["auto", "fp32", "bf16"],
                         help="engine precision (default: $VOICE_AGENT_PRECISION, else auto)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the engine")
+    parser.add_argument("--adapter", default=None, metavar="FILE",
+                        help="a LoRA adapter (.safetensors from `engine.train export`) instead of the shipped one")
     parser.add_argument("--max-tokens", type=int, default=None, help="per LLM round (default: the live pipeline's)")
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="seconds one caller turn may take")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
@@ -64,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.simulate.runner import RunOptions
     from voice_agent.simulate.summary import table_text
 
-    load_kw = {"threads": args.threads} | ({"precision": args.precision} if args.precision else {})
+    load_kw = ({"threads": args.threads} | ({"precision": args.precision} if args.precision else {})
+               | ({"adapter": args.adapter} if args.adapter else {}))
     engine = Engine.load(args.model, **load_kw)
     opts = RunOptions(reasoning_effort=args.reasoning_effort, turn_timeout_s=args.turn_timeout)
     if args.max_tokens:
