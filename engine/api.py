@@ -16,8 +16,15 @@ from engine.decode import BlockDecoder, DecodeParams, SeqState
 from engine.effort import EFFORTS, get_effort
 from engine.families import FAMILIES, Family
 from engine.kv_cache import KVCache
-from engine.loading import LoadedCheckpoint, load_hf_folder, smollm2_folder
+from engine.loading import (
+    LoadedCheckpoint,
+    family_from_config,
+    load_hf_folder,
+    read_special_tokens,
+    smollm2_folder,
+)
 from engine.precision import resolve_precision
+from engine.reference import ReferenceDecoder
 from engine.tool_guide import ToolCallGuide
 from engine.tools import ToolSchemaError, parse_tool_calls, validate_tools
 
@@ -106,6 +113,10 @@ class Engine:
         self.decoder = BlockDecoder(self.model, family, mask_id)
         self.eos_ids = self._eos_ids()
         self.supports_thinking = family.name in ("smollm2-dllm", "sdar", "ar") and not chat_format.jinja_template
+        # "engine": our block decoder (efforts, guards, streaming); "reference": the family's own
+        # sampler, token for token (engine/reference.py).
+        self.decoding = "engine"
+        self.reference: ReferenceDecoder | None = None
         # Tool calls keep to the tools' schemas and mangled control tags are repaired
         # (engine/block_rewrite.py, engine/tool_guide.py); False: the model's text is left as it is.
         self.guided_tools = True
@@ -116,11 +127,17 @@ class Engine:
     def load(cls, name_or_path: str | Path = "default", dtype: torch.dtype | None = None,
              threads: int | None = None, family: str | None = None, block_size: int | None = None,
              adapter: str | Path | None = None, max_context: int = 4096,
-             precision: str | None = None) -> Engine:
+             precision: str | None = None, decoding: str = "engine") -> Engine:
         """Load "default" (the embedded dLLM), "smollm2-base" (the AR base), or a local HF folder.
+
+        `decoding="reference"` decodes a dLLM checkpoint (sdar, fast_dllm_v2, llada, dream) with
+        its family's reference sampler at its documented greedy settings, exactly
+        (engine/reference.py); the default "engine" is our block decoder with efforts and guards.
 
         `precision` ("fp32" | "bf16" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
         then auto (engine/precision.py)."""
+        if decoding not in ("engine", "reference"):
+            raise ValueError(f"decoding must be 'engine' or 'reference'; got {decoding!r}")
         if threads:
             torch.set_num_threads(threads)
         prec = resolve_precision(dtype if dtype is not None else precision)
@@ -149,10 +166,15 @@ class Engine:
             if not path.is_dir():
                 raise FileNotFoundError(f"model {name_or_path!r} is neither 'default' nor a local folder")
             ckpt = load_hf_folder(path, dtype=dtype)
-            fam = FAMILIES[family] if family else ckpt.family
+            fam = family_from_config(FAMILIES[family], ckpt.config, path, ckpt.tokenizer) if family else ckpt.family
             name = path.name
-            chatml = ckpt.chat_template is None or "<|im_start|>" in (ckpt.chat_template or "")
-            fmt = ChatFormat(tool_style="json", jinja_template=None if chatml else ckpt.chat_template)
+            if fam.chat_template == "checkpoint" and ckpt.chat_template:
+                # dLLM checkpoints: their own template, as their reference renders it.
+                fmt = ChatFormat(tool_style="json", jinja_template=ckpt.chat_template,
+                                 special_tokens=read_special_tokens(path))
+            else:
+                chatml = ckpt.chat_template is None or "<|im_start|>" in (ckpt.chat_template or "")
+                fmt = ChatFormat(tool_style="json", jinja_template=None if chatml else ckpt.chat_template)
             if adapter:
                 from engine.adapter import merge_adapter
 
@@ -161,7 +183,14 @@ class Engine:
             fam = _with_block(fam, block_size)
         mask_id = _mask_id(ckpt, fam)
         max_ctx = min(max_context, ckpt.model.cfg.max_seq_len)
-        return cls(ckpt, name, fam, mask_id, fmt, max_ctx, info)
+        eng = cls(ckpt, name, fam, mask_id, fmt, max_ctx, info)
+        if decoding == "reference":
+            eng.decoding = "reference"
+            eng.reference = ReferenceDecoder(eng.model, fam.name, mask_id, _reference_stop_ids(ckpt) or eng.eos_ids,
+                                             block_size=block_size)
+            eng.supports_thinking = False  # the references render the template without thinking
+            eng.guided_tools = False
+        return eng
 
     def _eos_ids(self) -> set[int]:
         ids = set()
@@ -231,7 +260,7 @@ class Engine:
             if fname not in [t["function"]["name"] for t in tools]:
                 raise EngineInputError(f"tool_choice names an unknown function {fname!r}")
             prefix = '<tool_call>\n{"name": "' + fname + '", "arguments": '
-        thinking = preset.thinking_budget > 0 and self.supports_thinking and not prefix
+        thinking = preset.thinking_budget > 0 and self.supports_thinking and self.family.thinking and not prefix
         msgs = session.merged(messages) if session is not None else list(messages)
         text = self.chat_format.render(msgs, tools, thinking=thinking, prefix=prefix)
         tokens = self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -380,9 +409,32 @@ class Request:
             self.reasoning_closed = True
         return events
 
+    def run_reference(self, cache: KVCache) -> Iterator[StreamEvent]:
+        """Decode with the family's reference sampler (Engine.decoding == "reference"): the whole
+        reply at once, from scratch (the reference keeps no cache between calls, so neither
+        does the session)."""
+        eng = self.engine
+        cache.crop(0)
+        self.t_prefill_end = time.perf_counter()
+        out = eng.reference.generate(self.tokens, self.params.max_tokens)
+        st = SeqState(params=self.params, row=0, next_logits=None, eos_ids=frozenset(eng.reference.stop_ids))
+        toks = out.tokens
+        cut = next((i for i, t in enumerate(toks) if t in st.eos_ids), None)
+        st.generated = toks[: cut + 1] if cut is not None else toks[: self.params.max_tokens]
+        st.new_final = list(st.generated)
+        st.forward_passes = out.forward_passes
+        st.done, st.finish_reason = True, ("stop" if cut is not None else "length")
+        self.state = st
+        yield from self.absorb()
+        result = self.finish(cache)
+        yield StreamEvent("done", "", self._ms(), result)
+
     def run_alone(self) -> Iterator[StreamEvent]:
         eng = self.engine
         cache = self.session.cache if self.session is not None else eng.new_cache()
+        if eng.decoding == "reference":
+            yield from self.run_reference(cache)
+            return
         finished = False
         try:
             self.prefill(cache)
@@ -464,6 +516,20 @@ def _with_block(fam: Family, b: int) -> Family:
     from dataclasses import replace
 
     return replace(fam, block_size=int(b))
+
+
+def _reference_stop_ids(ckpt: LoadedCheckpoint) -> set[int]:
+    """The stop tokens the references use: generation_config.json's eos_token_id, else config.json's."""
+    import json
+
+    gen = ckpt.folder / "generation_config.json"
+    for src in ((json.loads(gen.read_text()) if gen.exists() else {}), ckpt.config):
+        eos = src.get("eos_token_id")
+        if isinstance(eos, int):
+            return {eos}
+        if isinstance(eos, list) and eos:
+            return {int(e) for e in eos}
+    return set()
 
 
 def _mask_id(ckpt: LoadedCheckpoint, fam: Family) -> int:

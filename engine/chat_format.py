@@ -82,6 +82,9 @@ class ChatFormat:
     jinja_template: str | None = None  # non-ChatML checkpoints
     stop_texts: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
     extra: dict = field(default_factory=dict)
+    # The checkpoint's special tokens as its template sees them (tokenizer_config.json), e.g.
+    # LLaDA's template starts the prompt with `bos_token` (<|startoftext|>).
+    special_tokens: dict = field(default_factory=dict)
 
     def tools_block(self, tools: list[dict]) -> str:
         if not tools:
@@ -137,12 +140,48 @@ class ChatFormat:
         return "".join(parts)
 
     def _render_jinja(self, messages, tools, thinking) -> str:
-        import jinja2
+        """Render the checkpoint's own template as transformers' apply_chat_template does (same
+        Jinja environment and filters, the tokenizer's special tokens). `enable_thinking` is set
+        only when thinking is asked for, so a template's default is kept otherwise."""
+        tpl = _compile_template(self.jinja_template)
+        msgs = []
+        for m in messages:
+            m = dict(m)
+            m["content"] = content_text(m.get("content"))
+            msgs.append(m)
+        kw = dict(self.special_tokens)
+        if thinking:
+            kw["enable_thinking"] = True
+        return tpl.render(messages=msgs, tools=tools or None, documents=None, add_generation_prompt=True, **kw)
 
-        env = jinja2.Environment(loader=jinja2.BaseLoader(), trim_blocks=False)
-        tpl = env.from_string(self.jinja_template)
-        return tpl.render(messages=messages, tools=tools or None, add_generation_prompt=True,
-                          enable_thinking=thinking, bos_token="", eos_token="")
+
+_TEMPLATES: dict[str, object] = {}
+
+
+def _compile_template(source: str):
+    """The Jinja environment of transformers' chat templates (trim_blocks, lstrip_blocks,
+    loopcontrols, a sandbox, tojson without ASCII escapes, raise_exception, strftime_now)."""
+    if source in _TEMPLATES:
+        return _TEMPLATES[source]
+    from datetime import datetime
+
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    tpl = env.from_string(source)
+    _TEMPLATES[source] = tpl
+    return tpl
 
 
 _BROKEN_THINK_CLOSE = re.compile(r"</think(?=[^>])")

@@ -24,6 +24,11 @@ class Family:
     # (Fast-dLLM) of full-diffusion models.
     cache_attention: str
     description: str
+    # "chatml": the engine's own ChatML (tools, <think>); "checkpoint": the checkpoint's own chat
+    # template, rendered as transformers renders it (dLLM checkpoints, whose references use it).
+    chat_template: str = "chatml"
+    # Whether the family's reference ever writes <think> (only then does an effort add thinking).
+    thinking: bool = True
 
 
 FAMILIES: dict[str, Family] = {
@@ -34,13 +39,17 @@ FAMILIES: dict[str, Family] = {
             "smollm2-dllm", "block_causal", 8, "<empty_output>", None, True, "causal",
             "the embedded default: SmolLM2-135M-Instruct adapted to block diffusion (causal clean cache)",
         ),
-        Family("sdar", "block_causal", 4, "<|MASK|>", None, False, "block", "SDAR-Chat (Qwen3, block 4)"),
+        Family("sdar", "block_causal", 4, "<|MASK|>", 151669, False, "block", "SDAR-Chat (Qwen3, block 4)",
+               chat_template="checkpoint"),
         Family(
-            "fast_dllm_v2", "block_causal", 32, "|<MASK>|", 151665, True, "causal",
+            "fast_dllm_v2", "block_causal", 32, "|<MASK>|", 151665, True, "block",
             "Fast_dLLM_v2 (Qwen2.5, block 32 with sub-blocks of 8, token shift)",
+            chat_template="checkpoint", thinking=False,
         ),
-        Family("llada", "bidirectional", 32, None, 126336, False, "full", "LLaDA-8B-Instruct (full diffusion)"),
-        Family("dream", "bidirectional", 32, "<|mask|>", 151666, True, "full", "Dream-7B-Instruct (full diffusion)"),
+        Family("llada", "bidirectional", 32, None, 126336, False, "full", "LLaDA-8B-Instruct (full diffusion)",
+               chat_template="checkpoint", thinking=False),
+        Family("dream", "bidirectional", 32, "<|mask|>", 151666, True, "full", "Dream-7B-Instruct (full diffusion)",
+               chat_template="checkpoint", thinking=False),
     ]
 }
 

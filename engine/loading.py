@@ -10,7 +10,8 @@ import importlib.util
 import json
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,21 +50,40 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def config_from_hf(cfg: dict) -> ModelConfig:
+def config_from_hf(cfg: dict, state_keys: Iterable[str] | None = None) -> ModelConfig:
+    """The model shape from a checkpoint's config.json.
+
+    With `state_keys` (the checkpoint's weight names), q/k/v biases and q/k norms are read from
+    the weights themselves: Fast_dLLM_v2 hard-codes q/k/v biases in its modeling file and says
+    nothing about them in its config, so the config alone cannot be trusted for them."""
     mt = str(cfg.get("model_type", "")).lower()
+    keys = [rename_hf_key(k) for k in state_keys] if state_keys is not None else None
     if "d_model" in cfg:  # LLaDA's OLMo-style config
+        act = str(cfg.get("activation_type", "silu")).lower()
+        if act not in ("silu", "activationtype.silu"):
+            raise ValueError(f"unsupported LLaDA activation_type {act!r}: only 'silu' (LLaDALlamaBlock) is implemented")
+        inter = cfg.get("mlp_hidden_size") or int(cfg.get("mlp_ratio", 4)) * int(cfg["d_model"])
+        qkv_bias = bool(cfg.get("include_bias") or cfg.get("include_qkv_bias"))
+        if keys is not None:
+            qkv_bias = any(k.endswith("self_attn.q_proj.bias") for k in keys)
         return ModelConfig(
             vocab_size=cfg.get("embedding_size") or cfg["vocab_size"],
             dim=cfg["d_model"],
             n_layers=cfg["n_layers"],
             n_heads=cfg["n_heads"],
             n_kv_heads=cfg.get("n_kv_heads") or cfg["n_heads"],
-            intermediate_size=cfg["mlp_hidden_size"] // (1 if cfg.get("mlp_hidden_size") else 2),
-            rope_theta=cfg.get("rope_theta", 10000.0),
+            intermediate_size=int(inter),
+            rope_theta=float(cfg.get("rope_theta", 10000.0)),
             rms_eps=cfg.get("rms_norm_eps", 1e-5),
+            qkv_bias=qkv_bias,
             tie_embeddings=bool(cfg.get("weight_tying", False)),
             max_seq_len=cfg.get("max_sequence_length", 4096),
         )
+    qk_norm = mt.startswith("qwen3") or "sdar" in mt
+    qkv_bias = bool(cfg.get("attention_bias", mt.startswith("qwen2") or mt == "dream"))
+    if keys is not None:
+        qk_norm = any(k.endswith("self_attn.q_norm.weight") for k in keys)
+        qkv_bias = any(k.endswith("self_attn.q_proj.bias") for k in keys)
     return ModelConfig(
         vocab_size=cfg["vocab_size"],
         dim=cfg["hidden_size"],
@@ -74,8 +94,8 @@ def config_from_hf(cfg: dict) -> ModelConfig:
         head_dim=cfg.get("head_dim") or 0,
         rope_theta=float(cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
         rms_eps=cfg.get("rms_norm_eps", 1e-6),
-        qk_norm=mt.startswith("qwen3") or "sdar" in mt,
-        qkv_bias=bool(cfg.get("attention_bias", mt.startswith("qwen2") or mt == "dream")),
+        qk_norm=qk_norm,
+        qkv_bias=qkv_bias,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_seq_len=min(int(cfg.get("max_position_embeddings", 8192)), 32768),
     )
@@ -104,20 +124,49 @@ def rename_hf_key(key: str) -> str:
     return key
 
 
+# Buffers some checkpoints save that are not weights (recomputed here from the config).
+_NOT_WEIGHTS = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+
+class CheckpointKeyError(ValueError):
+    """The checkpoint's weights do not match the model its config describes."""
+
+    def __init__(self, missing: list[str], unexpected: list[str]) -> None:
+        self.missing, self.unexpected = missing, unexpected
+        parts = []
+        if missing:
+            parts.append(f"missing weights: {_key_list(missing)}")
+        if unexpected:
+            parts.append(f"unexpected weights: {_key_list(unexpected)}")
+        super().__init__("checkpoint does not match its config: " + "; ".join(parts))
+
+
+def _key_list(keys: list[str], n: int = 8) -> str:
+    return ", ".join(keys[:n]) + (f" ... ({len(keys)} in all)" if len(keys) > n else "")
+
+
 def load_state_into(model: Transformer, state: dict[str, torch.Tensor]) -> None:
+    """Copy `state` into `model`, strictly: every weight the model has must be there and every
+    weight the checkpoint has must be used, or CheckpointKeyError names the keys."""
     own = model.state_dict()
-    renamed = {rename_hf_key(k): v for k, v in state.items()}
+    renamed: dict[str, torch.Tensor] = {}
+    original: dict[str, str] = {}
+    for k, v in state.items():
+        if _NOT_WEIGHTS.search(k):
+            continue
+        renamed[rename_hf_key(k)] = v
+        original[rename_hf_key(k)] = k
     if model.cfg.tie_embeddings:
         renamed.pop("lm_head.weight", None)
     missing = [k for k in own if k not in renamed and not (model.cfg.tie_embeddings and k == "lm_head.weight")]
-    if missing:
-        raise ValueError(f"checkpoint is missing weights: {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    unexpected = [original[k] for k in renamed if k not in own]
+    if missing or unexpected:
+        raise CheckpointKeyError(missing, unexpected)
     with torch.no_grad():
         for k, v in renamed.items():
-            if k in own:
-                if own[k].shape != v.shape:
-                    raise ValueError(f"shape mismatch for {k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}")
-                own[k].copy_(v.to(own[k].dtype))
+            if own[k].shape != v.shape:
+                raise ValueError(f"shape mismatch for {original[k]}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}")
+            own[k].copy_(v.to(own[k].dtype))
 
 
 def load_tokenizer(folder: Path):
@@ -140,38 +189,80 @@ def read_chat_template(folder: Path) -> str | None:
     return p.read_text() if p.exists() else None
 
 
+def read_special_tokens(folder: Path) -> dict[str, str]:
+    """The special tokens a chat template sees (bos_token, eos_token, ...), from tokenizer_config.json."""
+    p = folder / "tokenizer_config.json"
+    cfg = json.loads(p.read_text()) if p.exists() else {}
+    out = {}
+    for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+        v = cfg.get(k)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            out[k] = v
+    return out
+
+
 def load_hf_folder(folder: str | Path, dtype: torch.dtype = torch.bfloat16) -> LoadedCheckpoint:
     folder = Path(folder)
     cfg_path = folder / "config.json"
     if not cfg_path.exists():
         raise FileNotFoundError(f"{folder} is not a model folder: config.json is missing")
     config = json.loads(cfg_path.read_text())
-    mcfg = config_from_hf(config)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{folder} has no *.safetensors weights")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    mcfg = config_from_hf(config, state.keys())
     with torch.device("meta"):
         model = Transformer(mcfg)
     model = model.to_empty(device="cpu")
     cos, sin = _rope(mcfg)
     model.rope_cos, model.rope_sin = cos, sin
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
     model = model.to(dtype)
     if mcfg.tie_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     load_state_into(model, state)
     model.rope_cos, model.rope_sin = cos, sin  # keep RoPE tables in fp32
     model.eval()
+    tokenizer = load_tokenizer(folder)
     return LoadedCheckpoint(
         model=model,
-        tokenizer=load_tokenizer(folder),
-        family=detect_family(config, folder.name),
+        tokenizer=tokenizer,
+        family=family_from_config(detect_family(config, folder.name), config, folder, tokenizer),
         config=config,
         folder=folder,
         chat_template=read_chat_template(folder),
     )
+
+
+def family_from_config(fam: Family, config: dict, folder: Path, tokenizer) -> Family:
+    """The family row with what the checkpoint itself says: its block size (`block_size`, or
+    Fast-dLLM v2's `bd_size`) and its mask id. The mask id comes from config.json's
+    `mask_token_id`, else from the tokenizer's declared `mask_token`, else from the family's
+    token string, else the family's id; never from a string alone when the config has the id
+    (SDAR's tokenizer files disagree on the string: `<|MASK|>` vs `<MASK>`)."""
+    if fam.attention == "causal":
+        return fam
+    block = config.get("block_size") or config.get("bd_size")
+    mask_id = config.get("mask_token_id")
+    if mask_id is None:
+        tc = folder / "tokenizer_config.json"
+        declared = json.loads(tc.read_text()).get("mask_token") if tc.exists() else None
+        if isinstance(declared, dict):
+            declared = declared.get("content")
+        for s in (declared, fam.mask_token):
+            if isinstance(s, str) and tokenizer.token_to_id(s) is not None:
+                mask_id = tokenizer.token_to_id(s)
+                break
+    changes: dict = {}
+    if isinstance(block, int) and block > 0:
+        changes["block_size"] = block
+    if isinstance(mask_id, int):
+        changes["mask_token_id"] = mask_id
+    return replace(fam, **changes) if changes else fam
 
 
 def _rope(cfg: ModelConfig):

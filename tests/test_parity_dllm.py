@@ -1,0 +1,199 @@
+"""Real dLLM checkpoints decode as their references do: golden fixtures made from each family's
+reference code (tests/fixtures/make_dllm_fixtures.py), checked without that code or a network.
+
+Each fixture is a tiny random checkpoint in the family's native format (config keys, weight names,
+tokenizer and chat template); expected.json holds the reference's rendered prompt, its logits at a
+few prompt positions and the greedy token ids of its sampler, for a prompt whose length is a
+multiple of the block size ("aligned") and one whose length is not ("unaligned").
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine import Engine
+from engine.decode import prefill_mask
+from engine.loading import CheckpointKeyError, config_from_hf, load_hf_folder
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dllm"
+LOGIT_TOL = 1e-4
+MIN_TOKENS = 32
+
+
+def _expected(family: str) -> dict:
+    return json.loads((FIXTURES / family / "expected.json").read_text())
+
+
+def _case(family: str, name: str) -> dict:
+    return next(c for c in _expected(family)["cases"] if c["name"] == name)
+
+
+def _engine(family: str) -> Engine:
+    return Engine.load(FIXTURES / family / "ckpt", precision="fp32", decoding="reference")
+
+
+def _max_new(family: str) -> int:
+    s = _expected(family)["settings"]
+    return int(s.get("gen_length") or s.get("max_new_tokens"))
+
+
+def check_logits(family: str, name: str) -> float:
+    """The engine's prefill pass over the prompt (its own attention layout for the family) gives
+    the reference's logits."""
+    case = _case(family, name)
+    ckpt = load_hf_folder(FIXTURES / family / "ckpt", dtype=torch.float32)
+    ids = case["prompt_ids"]
+    n = len(ids)
+    fam = ckpt.family
+    mask = prefill_mask(n, fam.cache_attention, fam.block_size, 0)
+    with torch.no_grad():
+        logits = ckpt.model(torch.tensor([ids]), torch.arange(n)[None], mask[None, None])[0]
+    diff = max(float((logits[int(p)] - torch.tensor(row)).abs().max()) for p, row in case["logits"].items())
+    assert diff <= LOGIT_TOL, f"{family} {name}: logits differ from the reference by {diff}"
+    return diff
+
+
+def check_greedy(family: str, name: str) -> int:
+    """The rendered prompt is the reference's, and reference decoding gives its tokens."""
+    case = _case(family, name)
+    eng = _engine(family)
+    text = eng.chat_format.render(case["messages"])
+    assert text == case["prompt_text"]
+    assert eng.tokenizer.encode(text, add_special_tokens=False).ids == case["prompt_ids"]
+    expected = list(case["generated"])
+    while expected and expected[-1] == eng.mask_id:  # masks of blocks the reference never reached
+        expected.pop()
+    # The raw sampler, and the same through the engine's chat path (which stops at max_tokens).
+    raw = eng.reference.generate(case["prompt_ids"], _max_new(family)).tokens
+    assert raw == expected
+    req = eng.prepare(case["messages"], reasoning_effort="instant", max_tokens=_max_new(family))
+    assert req.tokens == case["prompt_ids"]
+    for _ in req.run_alone():
+        pass
+    got = req.state.generated
+    assert got == expected[: len(got)]
+    stopped = bool(got) and got[-1] in eng.reference.stop_ids
+    assert len(got) >= MIN_TOKENS or stopped, f"only {len(got)} tokens compared"
+    return len(got)
+
+
+# --- SDAR -----------------------------------------------------------------------------------------
+
+def test_parity_sdar_logits_aligned():
+    check_logits("sdar", "aligned")
+
+
+def test_parity_sdar_logits_unaligned():
+    check_logits("sdar", "unaligned")
+
+
+def test_parity_sdar_greedy_aligned():
+    assert len(_case("sdar", "aligned")["prompt_ids"]) % 4 == 0
+    check_greedy("sdar", "aligned")
+
+
+def test_parity_sdar_greedy_unaligned():
+    assert len(_case("sdar", "unaligned")["prompt_ids"]) % 4 != 0
+    check_greedy("sdar", "unaligned")
+
+
+# --- Fast_dLLM_v2 ---------------------------------------------------------------------------------
+
+def test_parity_fast_dllm_v2_logits_aligned():
+    check_logits("fast_dllm_v2", "aligned")
+
+
+def test_parity_fast_dllm_v2_logits_unaligned():
+    check_logits("fast_dllm_v2", "unaligned")
+
+
+def test_parity_fast_dllm_v2_greedy_aligned():
+    assert len(_case("fast_dllm_v2", "aligned")["prompt_ids"]) % 32 == 0
+    check_greedy("fast_dllm_v2", "aligned")
+
+
+def test_parity_fast_dllm_v2_greedy_unaligned():
+    assert len(_case("fast_dllm_v2", "unaligned")["prompt_ids"]) % 32 != 0
+    check_greedy("fast_dllm_v2", "unaligned")
+
+
+# --- loading: strict keys, biases from the weights, config-driven ids ------------------------------
+
+def test_fast_dllm_v2_biases_are_read_from_the_weights():
+    cfg = json.loads((FIXTURES / "fast_dllm_v2" / "ckpt" / "config.json").read_text())
+    assert "attention_bias" not in cfg  # as in the real checkpoint: its modeling file hard-codes them
+    ckpt = load_hf_folder(FIXTURES / "fast_dllm_v2" / "ckpt", dtype=torch.float32)
+    assert ckpt.model.cfg.qkv_bias
+    assert ckpt.model.layers[0].self_attn.q_proj.bias.abs().sum() > 0
+
+
+def _copy_ckpt(tmp_path: Path, family: str) -> Path:
+    dst = tmp_path / family
+    shutil.copytree(FIXTURES / family / "ckpt", dst)
+    return dst
+
+
+def test_unexpected_weight_raises_naming_it(tmp_path):
+    folder = _copy_ckpt(tmp_path, "sdar")
+    state = load_file(str(folder / "model.safetensors"))
+    state["model.layers.0.self_attn.o_proj.bias"] = torch.zeros(64)
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointKeyError, match=r"unexpected weights: model\.layers\.0\.self_attn\.o_proj\.bias"):
+        load_hf_folder(folder, dtype=torch.float32)
+
+
+def test_missing_weight_raises_naming_it(tmp_path):
+    folder = _copy_ckpt(tmp_path, "fast_dllm_v2")
+    state = load_file(str(folder / "model.safetensors"))
+    del state["model.layers.1.mlp.up_proj.weight"]
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointKeyError, match=r"missing weights: layers\.1\.mlp\.up_proj\.weight"):
+        load_hf_folder(folder, dtype=torch.float32)
+
+
+def test_one_bias_missing_raises(tmp_path):
+    folder = _copy_ckpt(tmp_path, "fast_dllm_v2")
+    state = load_file(str(folder / "model.safetensors"))
+    del state["model.layers.1.self_attn.v_proj.bias"]
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointKeyError, match=r"layers\.1\.self_attn\.v_proj\.bias"):
+        load_hf_folder(folder, dtype=torch.float32)
+
+
+def test_llada_config_with_mlp_ratio_only_loads():
+    cfg = {"d_model": 64, "n_layers": 2, "n_heads": 4, "mlp_ratio": 4, "vocab_size": 300,
+           "embedding_size": 320, "activation_type": "silu", "max_sequence_length": 512}
+    mc = config_from_hf(cfg)
+    assert mc.intermediate_size == 256 and mc.vocab_size == 320
+    cfg["mlp_hidden_size"] = 96
+    assert config_from_hf(cfg).intermediate_size == 96
+
+
+def test_mask_id_and_block_size_come_from_the_config(tmp_path):
+    folder = _copy_ckpt(tmp_path, "sdar")
+    cfg = json.loads((folder / "config.json").read_text())
+    assert Engine.load(folder, precision="fp32").mask_id == cfg["mask_token_id"]
+    # The config's id wins over any token string (SDAR's tokenizer files disagree on the string).
+    cfg["mask_token_id"] = cfg["mask_token_id"] - 1
+    cfg["block_size"] = 8
+    (folder / "config.json").write_text(json.dumps(cfg))
+    eng = Engine.load(folder, precision="fp32")
+    assert eng.mask_id == cfg["mask_token_id"]
+    assert eng.family.block_size == 8
+    v2 = Engine.load(FIXTURES / "fast_dllm_v2" / "ckpt", precision="fp32")
+    assert v2.family.block_size == 32  # bd_size
+    assert v2.mask_id == v2.tokenizer.token_to_id("|<MASK>|")  # no id in its config: its tokenizer's token
+
+
+def test_reference_mode_never_thinks_and_renders_the_checkpoint_template():
+    eng = _engine("fast_dllm_v2")
+    req = eng.prepare([{"role": "user", "content": "hello"}], reasoning_effort="high", max_tokens=4)
+    assert not req.thinking
+    text = eng.tokenizer.decode(req.tokens, skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.")  # the template's default
