@@ -41,7 +41,7 @@ REFERENCE_SETTINGS: dict[str, dict] = {
 
 @dataclass
 class ReferenceOutput:
-    tokens: list[int]  # generated tokens as the reference returns them (masks of unreached blocks dropped)
+    tokens: list[int]  # generated tokens as the reference returns them (SDAR: up to the last decoded block)
     forward_passes: int
 
 
@@ -71,8 +71,6 @@ class ReferenceDecoder:
               "dream": self._dream}[self.family]
         with torch.inference_mode():
             toks = fn(list(prompt), max_tokens)
-        while toks and toks[-1] == self.mask_id:
-            toks.pop()
         return ReferenceOutput(toks, self.passes)
 
     # -- one forward ---------------------------------------------------------------------------
@@ -140,9 +138,10 @@ class ReferenceDecoder:
                     transfer[torch.topk(confidence, num_transfer[step]).indices] = True
                 cur[transfer] = x0[transfer]
             x[blk * b:(blk + 1) * b] = cur
+            end = (blk + 1) * b
             if any(int(t) in self.stop_ids for t in x[p:]):
                 break
-        return x[p:].tolist()
+        return x[p:end].tolist() if num_blocks > prefill_blocks else []
 
     # -- Fast_dLLM_v2 ---------------------------------------------------------------------------
     def _fast_dllm_v2(self, ids: list[int], max_tokens: int) -> list[int]:
@@ -249,9 +248,7 @@ class ReferenceDecoder:
                 confidence = torch.where(mask_index, x0_p, torch.tensor(float("-inf")))
                 sel = torch.topk(confidence, k=num_transfer[i]).indices
                 x[sel] = x0[sel]
-            if any(int(t) in self.stop_ids for t in x[p: p + (blk + 1) * b]):
-                pass  # the reference decodes the whole window; stopping is the caller's
-        return x[p:].tolist()
+        return x[p:].tolist()  # the whole window: the reference never stops early
 
     # -- Dream -----------------------------------------------------------------------------------
     def _dream(self, ids: list[int], max_tokens: int) -> list[int]:
