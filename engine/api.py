@@ -366,14 +366,17 @@ class Request:
             if a != b:
                 break
             k += 1
-        k = min(k, len(self.tokens) - 1)  # at least one token to prefill, for the next-token logits
+        # At least one token to prefill, for the next-token logits; families with aligned blocks
+        # leave the prompt's leftover (past the last multiple of B) to the first block.
+        k, end = eng.decoder.split_prompt(len(self.tokens), k)
         rc.crop(k)
         self.cached_tokens = k
         t = time.perf_counter()
-        next_logits = eng.decoder.prefill(rc, self.tokens[k:])
+        next_logits = eng.decoder.prefill(rc, self.tokens[k:end]) if end > k else None
         self.t_prefill_end = time.perf_counter()
         self.prefill_ms = (self.t_prefill_end - t) * 1000
-        self.state = eng.decoder.start(self.params, next_logits, row=0, eos_ids=eng.eos_ids)
+        self.state = eng.decoder.start(self.params, next_logits, row=0, eos_ids=eng.eos_ids,
+                                       carry=self.tokens[end:], prompt_len=len(self.tokens))
 
     # -- after each step -------------------------------------------------------------------
     def absorb(self) -> list[StreamEvent]:

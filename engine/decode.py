@@ -49,18 +49,31 @@ class SeqState:
     infilled: int = 0  # tokens the engine wrote without the model (forced text, tool-call skeleton)
     banned: frozenset[int] = frozenset()  # tokens never committed (e.g. end of turn inside a tool call)
     generator: torch.Generator | None = None
+    # Families with blocks at absolute multiples of B (Family.align_blocks): `carry` holds the
+    # prompt's leftover tokens for the first block, `prompt_len` the absolute length of the prompt,
+    # and `offset` how many leading positions of the current block are final tokens carried in
+    # (the prompt's leftover, or the tail of the previous output) rather than decoded.
+    carry: list[int] = field(default_factory=list)
+    prompt_len: int = 0
+    offset: int = 0
 
     def remaining(self) -> int:
         return self.params.max_tokens - len(self.generated)
 
 
-def intra_mask(n_pending: int, n_block: int, cache_attention: str, block_size: int) -> torch.Tensor:
-    """Visibility among one row's new tokens: pending (clean) tokens, then the noisy block."""
+def intra_mask(n_pending: int, n_block: int, cache_attention: str, block_size: int,
+               start: int | None = None) -> torch.Tensor:
+    """Visibility among one row's new tokens: pending (clean) tokens, then the noisy block.
+
+    With `start` (the pending tokens' absolute position) a "block" cache sees them block-causally
+    at absolute multiples of `block_size`, as a prefill would; without it, all of them at once."""
     t = n_pending + n_block
     m = torch.zeros(t, t, dtype=torch.bool)
     if n_pending:
         if cache_attention == "causal":
             m[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+        elif cache_attention == "block" and start is not None:
+            m[:n_pending, :n_pending] = prefill_mask(n_pending, "block", block_size, start)
         else:
             m[:n_pending, :n_pending] = True
     m[n_pending:, :] = True  # the block sees the pending tokens and itself, bidirectionally
@@ -100,8 +113,24 @@ class BlockDecoder:
         return self.model.lm_head(h[0, -1]).float()
 
     # -- decoding ----------------------------------------------------------------------
-    def start(self, params: DecodeParams, next_logits: torch.Tensor | None, row: int, eos_ids) -> SeqState:
-        st = SeqState(params=params, row=row, next_logits=next_logits, eos_ids=frozenset(eos_ids))
+    def split_prompt(self, n_tokens: int, cached: int) -> tuple[int, int]:
+        """How a prompt of `n_tokens`, of which `cached` are in the cache, is prefilled:
+        (k, end) = keep the first k cached, prefill tokens[k:end]; tokens[end:] are carried into
+        the first block. Families without aligned blocks prefill everything but what is cached
+        (at least one token, for the logits that predict the next one)."""
+        if not self.family.align_blocks:
+            return min(cached, n_tokens - 1), n_tokens
+        b = max(self.family.block_size, 1)
+        end = n_tokens // b * b
+        cached = cached // b * b  # a block-causal position's K/V depend on the rest of its block
+        if end == n_tokens:  # aligned: the first token comes from the prefill's last logits
+            return min(cached, n_tokens - 1), n_tokens
+        return min(cached, end), end
+
+    def start(self, params: DecodeParams, next_logits: torch.Tensor | None, row: int, eos_ids,
+              carry: list[int] | None = None, prompt_len: int = 0) -> SeqState:
+        st = SeqState(params=params, row=row, next_logits=next_logits, eos_ids=frozenset(eos_ids),
+                      carry=list(carry or []), prompt_len=prompt_len)
         if params.temperature > 0:
             st.generator = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
         self._new_block(st)
@@ -114,13 +143,27 @@ class BlockDecoder:
             st.pending.extend(st.forced)
             st.new_final.extend(st.forced)
             st.forced = []
-        b = min(st.params.block_size, st.remaining())
+        carry: list[int] = []
+        if self.family.align_blocks:
+            # The block spans [q*B, (q+1)*B): the final tokens already in that span (the prompt's
+            # leftover, or the tail of the previous output when a rewrite or forced text moved
+            # the boundary) sit in it as committed positions, not in the cache.
+            bsz = max(st.params.block_size, 1)
+            if st.carry:
+                carry, st.carry = st.carry, []
+            else:
+                r = min((st.prompt_len + len(st.generated)) % bsz, len(st.pending))
+                if r:
+                    carry, st.pending = st.pending[-r:], st.pending[:-r]
+        b = min(st.params.block_size - len(carry), st.remaining())
         if b <= 0:
             st.done, st.finish_reason = True, "length"
             st.block, st.committed = [], []
+            st.pending.extend(carry)
             return
-        st.block = [self.mask_id] * b
-        st.committed = [False] * b
+        st.block = carry + [self.mask_id] * b
+        st.committed = [True] * len(carry) + [False] * b
+        st.offset = len(carry)
         st.steps_in_block = 0
 
     def _needs_block_in_input(self, st: SeqState) -> bool:
@@ -169,7 +212,9 @@ class BlockDecoder:
         for row, (toks, n_block) in by_row.items():
             n = len(toks)
             x[row - lo, :n] = torch.tensor(toks)
-            intra[row - lo, :n, :n] = intra_mask(n - n_block, n_block, self.family.cache_attention, self.family.block_size)
+            start = int(cache.lengths[row]) if self.family.align_blocks else None
+            intra[row - lo, :n, :n] = intra_mask(n - n_block, n_block, self.family.cache_attention,
+                                                 self.family.block_size, start)
         mask, _ = view.mask(intra, t)
         slots = view.slots_for(t)
         pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
@@ -253,15 +298,16 @@ class BlockDecoder:
         return keep
 
     def _finish_block(self, s: SeqState) -> None:
-        toks = s.block
+        carried, toks = s.block[: s.offset], s.block[s.offset:]
         for i, t in enumerate(toks):
             if t in s.eos_ids:
                 toks = toks[: i + 1]
                 s.done, s.finish_reason = True, "stop"
                 break
         s.generated.extend(toks)
-        s.pending.extend(toks)
+        s.pending.extend(carried + toks)
         s.new_final.extend(toks)
+        s.offset = 0
         if not s.done and s.remaining() <= 0:
             s.done, s.finish_reason = True, "length"
         if not s.done:

@@ -29,6 +29,10 @@ class Family:
     chat_template: str = "chatml"
     # Whether the family's reference ever writes <think> (only then does an effort add thinking).
     thinking: bool = True
+    # Blocks at absolute multiples of block_size, the prompt's leftover tokens decoded in the first
+    # block with its masks (SDAR, Fast-dLLM v2). False: the first block starts where the prompt
+    # ends (the embedded default, which was trained that way).
+    align_blocks: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -40,11 +44,11 @@ FAMILIES: dict[str, Family] = {
             "the embedded default: SmolLM2-135M-Instruct adapted to block diffusion (causal clean cache)",
         ),
         Family("sdar", "block_causal", 4, "<|MASK|>", 151669, False, "block", "SDAR-Chat (Qwen3, block 4)",
-               chat_template="checkpoint"),
+               chat_template="checkpoint", align_blocks=True),
         Family(
             "fast_dllm_v2", "block_causal", 32, "|<MASK>|", 151665, True, "block",
             "Fast_dLLM_v2 (Qwen2.5, block 32 with sub-blocks of 8, token shift)",
-            chat_template="checkpoint", thinking=False,
+            chat_template="checkpoint", thinking=False, align_blocks=True,
         ),
         Family("llada", "bidirectional", 32, None, 126336, False, "full", "LLaDA-8B-Instruct (full diffusion)",
                chat_template="checkpoint", thinking=False),

@@ -141,6 +141,7 @@ class _Plan:
     new_tokens: list[int]
     from_prefix: bool = False
     slot: int = -1
+    carry: list[int] = field(default_factory=list)  # the prompt's leftover for the first block (aligned families)
 
 
 @dataclass
@@ -379,7 +380,9 @@ class Scheduler:
         k = min(_common_prefix(have, req.tokens), len(req.tokens) - 1)  # >= 1 token to prefill
         if from_prefix:
             k = self._usable_prefix(k)
-        return _Plan(t, source if k > 0 else None, k, req.tokens[k:], from_prefix and k > 0)
+        k, end = self.engine.decoder.split_prompt(len(req.tokens), k)
+        return _Plan(t, source if k > 0 else None, k, req.tokens[k:end], from_prefix and k > 0,
+                     carry=req.tokens[end:])
 
     def _prefill_group(self, group: list[_Plan]) -> None:
         """Load each plan's cached rows, then prefill the rest of every prompt in one forward."""
@@ -401,15 +404,19 @@ class Scheduler:
         if not rows:
             return
         t0 = time.perf_counter()
+        # A prompt whose uncached rest all goes into its first block (aligned families) has
+        # nothing to prefill: no forward, no next-token logits.
+        fwd = [p for p in rows if p.new_tokens]
         try:
-            logits = self._prefill_forward([(p.slot, p.new_tokens) for p in rows])
-            done = list(zip(rows, logits, strict=True))
+            logits = iter(self._prefill_forward([(p.slot, p.new_tokens) for p in fwd]) if fwd else [])
+            done = [(p, next(logits) if p.new_tokens else None) for p in rows]
         except Exception:
             # One bad request must not fail the others: prefill each alone, fail only what fails.
             done = []
             for p in rows:
                 try:
-                    done.append((p, self._prefill_forward([(p.slot, p.new_tokens)])[0]))
+                    lg = self._prefill_forward([(p.slot, p.new_tokens)])[0] if p.new_tokens else None
+                    done.append((p, lg))
                 except Exception as e:
                     self._release_session(p.ticket)
                     self._fail(p.ticket, e)
@@ -423,7 +430,8 @@ class Scheduler:
             try:
                 req.cached_tokens = p.k
                 req.t_prefill_end, req.prefill_ms = t1, (t1 - t0) * 1000
-                req.state = eng.decoder.start(req.params, lg, row=slot, eos_ids=eng.eos_ids)
+                req.state = eng.decoder.start(req.params, lg, row=slot, eos_ids=eng.eos_ids, carry=p.carry,
+                                              prompt_len=len(req.tokens))
                 self._remember_prefix(req.tokens, slot, p.k)
             except Exception as e:
                 cache.lengths[slot] = 0
@@ -499,7 +507,9 @@ class Scheduler:
     def _remember_prefix(self, tokens: list[int], slot: int, reused: int) -> None:
         if not self.prefix_entries or len(tokens) - reused < 32:
             return  # nothing new worth keeping
-        n = len(tokens) - 1  # the last prompt token is re-fed on a hit, so keep one short
+        # The last prompt token is re-fed on a hit, so keep one short (and never more than the
+        # row holds: aligned families keep the prompt's leftover out of the cache).
+        n = min(len(tokens) - 1, int(self.cache.lengths[slot]))
         for p in self._prefixes.values():
             if _common_prefix(p.tokens, tokens) >= n * 0.9:
                 return
