@@ -11,8 +11,19 @@ import os
 # 0.37 s on 2 busy cores); passive waiting costs nothing measurable on an idle machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-
-from engine.api import ChatResult, Engine, EngineInputError, Session, StreamEvent
-from engine.effort import EFFORTS
-
 __all__ = ["Engine", "Session", "ChatResult", "StreamEvent", "EngineInputError", "EFFORTS"]
+
+_PUBLIC = {"Engine": "engine.api", "Session": "engine.api", "ChatResult": "engine.api", "StreamEvent": "engine.api",
+           "EngineInputError": "engine.api", "EFFORTS": "engine.effort"}
+
+
+def __getattr__(name: str):
+    # Imported on first use (PEP 562), so that the torch-free tool modules (engine.tool_args) can be
+    # imported by `voice-agent --help` without loading torch.
+    if name in _PUBLIC:
+        import importlib
+
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

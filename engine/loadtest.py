@@ -173,7 +173,7 @@ def _health(base_url: str) -> dict:
 
 # -- a server of our own -------------------------------------------------------------------------
 class SpawnedServer:
-    """`voice-agent serve` in a subprocess on a free loopback port, stopped on exit."""
+    """`python -m engine.server` in a subprocess on a free loopback port, stopped on exit."""
 
     def __init__(self, model: str, extra: list[str] | None = None, api_key: str | None = None,
                  log_path: str | None = None) -> None:
@@ -181,7 +181,7 @@ class SpawnedServer:
 
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "voice_agent.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        cmd = [sys.executable, "-m", "engine.server", "--host", "127.0.0.1", "--port", str(self.port),
                "--model", model, "--log-level", "warning", *(extra or [])]
         env = dict(os.environ)
         if api_key:
@@ -259,7 +259,7 @@ def write_random_model(folder: str | Path, dim: int = 64, layers: int = 2, heads
     return folder
 
 
-# -- the command (its flags live in voice_agent/commands/loadtest.py) ------------------------------
+# -- the command (its flags live in engine/tool_args.py) ----------------------------------------
 def run(args: argparse.Namespace) -> int:
     system, tools = load_scenario()
     ns = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
@@ -337,11 +337,11 @@ def _fmt(x) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from voice_agent.commands.loadtest import add_arguments
+    from engine.tool_args import loadtest_arguments
 
     parser = argparse.ArgumentParser(prog="python -m engine.loadtest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
+    loadtest_arguments(parser)
     return run(parser.parse_args(argv))
 
 

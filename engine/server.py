@@ -463,8 +463,10 @@ class ServerThread:
         self.thread.join(15)
 
 
-def load_engine(model: str, precision: str | None = None, threads: int | None = None) -> Engine:
-    return Engine.load(model, precision=precision, threads=threads)
+def load_engine(model: str, precision: str | None = None, threads: int | None = None,
+                decoding: str = "engine") -> Engine:
+    """`decoding="reference"`: a dLLM checkpoint decodes with its family's reference sampler."""
+    return Engine.load(model, precision=precision, threads=threads, decoding=decoding)
 
 
 def run_from_args(args) -> int:
@@ -474,7 +476,7 @@ def run_from_args(args) -> int:
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not key:
         print(f"warning: serving on {args.host} without an API key; set --api-key or {API_KEY_ENV}")
-    engine = load_engine(args.model, args.precision, args.threads)
+    engine = load_engine(args.model, args.precision, args.threads, getattr(args, "decoding", None) or "engine")
     model_id = args.served_model_name or ("default" if args.model == "default" else os.path.basename(
         os.path.normpath(args.model)))
     cfg = ServerConfig(model_id=model_id, api_key=key, max_batch=args.max_batch, max_queue=args.max_queue,
@@ -491,10 +493,10 @@ def run_from_args(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from voice_agent.commands.serve import add_arguments
+    from engine.tool_args import serve_arguments
 
     parser = argparse.ArgumentParser(prog="python -m engine.server", description=__doc__)
-    add_arguments(parser)
+    serve_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 
 

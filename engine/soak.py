@@ -293,11 +293,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from voice_agent.commands.soak import add_arguments
+    from engine.tool_args import soak_arguments
 
     parser = argparse.ArgumentParser(prog="python -m engine.soak", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
+    soak_arguments(parser)
     return run(parser.parse_args(argv))
 
 
