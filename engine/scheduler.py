@@ -340,6 +340,7 @@ class Scheduler:
     def _admit(self) -> None:
         """Take queued requests into free rows and prefill them, batched by similar length."""
         plans: list[_Plan] = []
+        reference: list[Ticket] = []
         budget = self.prefill_budget
         with self._cv:
             self._expire_queued()
@@ -355,6 +356,9 @@ class Scheduler:
                         continue
                     self._busy_sessions.add(id(s))
                 self.queue.remove(t)
+                if self.engine.decoding == "reference":
+                    reference.append(t)
+                    continue
                 try:
                     plan = self._plan(t)
                 except Exception as e:
@@ -363,10 +367,29 @@ class Scheduler:
                     continue
                 plans.append(plan)
                 budget -= len(plan.new_tokens)
+        for t in reference:
+            self._run_reference(t)
         if not plans:
             return
         for group in _length_groups(plans):
             self._prefill_group(group)
+
+    def _run_reference(self, t: Ticket) -> None:
+        """Engine.decoding == "reference": the family's reference sampler decodes the request
+        alone and whole (it batches nothing and keeps no cache), then its events and result go out."""
+        req = t.req
+        try:
+            cache = req.session.cache if req.session is not None else self.engine.new_cache(capacity=16)
+            for ev in req.run_reference(cache):
+                if ev.type == "done":
+                    self.stats.completed += 1
+                    t._put(Item("done", result=ev.result))
+                else:
+                    t._put(Item("event", event=ev))
+        except Exception as e:
+            self._fail(t, e)
+        finally:
+            self._release_session(t)
 
     def _plan(self, t: Ticket) -> _Plan:
         """Where this request's cached tokens come from: its call's cache, a shared prefix, or none."""

@@ -150,6 +150,21 @@ def test_sdar_engine_decoder_batched_is_token_identical_to_alone():
     assert [t.req.state.generated for t in tickets] == alone
 
 
+def test_reference_decoding_through_the_scheduler_matches_the_reference():
+    """The server's path (Scheduler) in reference mode gives the same tokens as the sampler."""
+    from engine.scheduler import Scheduler
+
+    eng = _engine("fast_dllm_v2")
+    cases = [_case("fast_dllm_v2", n) for n in ("aligned", "unaligned")]
+    with Scheduler(eng, max_batch=2) as sch:
+        tickets = [sch.submit(eng.prepare(c["messages"], max_tokens=64)) for c in cases]
+        results = [t.result_sync(timeout=120) for t in tickets]
+    for t, r, c in zip(tickets, results, cases, strict=True):
+        got = t.req.state.generated
+        assert got == c["generated"][: len(got)] and len(got) >= MIN_TOKENS
+        assert r.metrics["completion_tokens"] == len(got)
+
+
 # --- Fast_dLLM_v2 ---------------------------------------------------------------------------------
 
 def test_parity_fast_dllm_v2_logits_aligned():
