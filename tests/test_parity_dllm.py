@@ -311,3 +311,16 @@ def test_reference_mode_never_thinks_and_renders_the_checkpoint_template():
     assert not req.thinking
     text = eng.tokenizer.decode(req.tokens, skip_special_tokens=False)
     assert text.startswith("<|im_start|>system\nYou are a helpful assistant.")  # the template's default
+
+
+def test_tool_results_are_rendered_as_the_checkpoint_template_writes_them():
+    eng = Engine.load(FIXTURES / "sdar" / "ckpt", precision="fp32")
+    call = {"id": "c1", "type": "function", "function": {"name": "find_free_slots", "arguments": '{"day": "tuesday"}'}}
+    msgs = [{"role": "user", "content": "Any time on Tuesday?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": '["10:00"]'}]
+    text = eng.chat_format.render(msgs)
+    # SDAR's template: a tool result is a user turn wrapping <tool_response>, and no <think> is added.
+    assert '<|im_start|>user\n<tool_response>\n["10:00"]\n</tool_response><|im_end|>\n' in text
+    assert '<tool_call>\n{"name": "find_free_slots", "arguments": {"day": "tuesday"}}\n</tool_call>' in text
+    assert text.endswith("<|im_start|>assistant\n") and "<think>" not in text
