@@ -33,6 +33,10 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", "--dtype", dest="precision", default=None, choices=PRECISION_CHOICES,
                         help=PRECISION_HELP)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--decoding", default="engine", choices=["engine", "reference"],
+                        help="'engine': our block decoder (efforts, guards, streaming); 'reference': a dLLM "
+                        "checkpoint's own reference sampler at its documented greedy settings, exactly "
+                        "(sdar, fast_dllm_v2, llada, dream; one request at a time, no streaming)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 

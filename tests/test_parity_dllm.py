@@ -324,3 +324,27 @@ def test_tool_results_are_rendered_as_the_checkpoint_template_writes_them():
     assert '<|im_start|>user\n<tool_response>\n["10:00"]\n</tool_response><|im_end|>\n' in text
     assert '<tool_call>\n{"name": "find_free_slots", "arguments": {"day": "tuesday"}}\n</tool_call>' in text
     assert text.endswith("<|im_start|>assistant\n") and "<think>" not in text
+
+
+def test_serve_takes_decoding_reference(monkeypatch):
+    import argparse
+
+    import engine.server as server
+    from engine.tool_args import serve_arguments
+
+    parser = argparse.ArgumentParser()
+    serve_arguments(parser)
+    assert parser.parse_args([]).decoding == "engine"
+    args = parser.parse_args(["--model", str(FIXTURES / "sdar" / "ckpt"), "--decoding", "reference"])
+    seen = {}
+
+    def fake_load(model, precision=None, threads=None, decoding="engine"):
+        seen["decoding"] = decoding
+        raise SystemExit(0)
+
+    monkeypatch.setattr(server, "load_engine", fake_load)
+    with pytest.raises(SystemExit):
+        server.run_from_args(args)
+    assert seen["decoding"] == "reference"
+    eng = server.Engine.load(args.model, precision="fp32", decoding=args.decoding)
+    assert eng.decoding == "reference" and eng.reference is not None
