@@ -56,6 +56,7 @@ class SeqState:
     carry: list[int] = field(default_factory=list)
     prompt_len: int = 0
     offset: int = 0
+    window: int = 0  # masks of the rest of the generation window in the last input (Family.masked_window)
 
     def remaining(self) -> int:
         return self.params.max_tokens - len(self.generated)
@@ -182,8 +183,9 @@ class BlockDecoder:
         inputs: list[tuple[SeqState, list[int], int]] = []
         for s in active:
             with_block = self._needs_block_in_input(s)
-            toks = s.pending + (s.block if with_block else [])
-            inputs.append((s, toks, len(s.block) if with_block else 0))
+            s.window = self._window(s) if with_block else 0
+            toks = s.pending + (s.block + [self.mask_id] * s.window if with_block else [])
+            inputs.append((s, toks, len(s.block) + s.window if with_block else 0))
         fwd = [x for x in inputs if x[1]]
         logits_by_row: dict[int, torch.Tensor] = {}
         if fwd:
@@ -199,10 +201,21 @@ class BlockDecoder:
                     s.pending = []
             self._commit(s, out, npend, n_block)
 
+    def _window(self, s: SeqState) -> int:
+        """Full-diffusion families (LLaDA, Dream) were trained to see the whole generation window:
+        the block is followed by masks up to max_tokens (rounded up to whole blocks), as their
+        samplers lay it out. Their predictions are not read; their K/V are never kept."""
+        if not self.family.masked_window:
+            return 0
+        b = max(s.params.block_size, 1)
+        total = -(-s.params.max_tokens // b) * b
+        return max(0, total - len(s.generated) - (len(s.block) - s.offset))
+
     def _forward(self, cache: KVCache, fwd) -> dict[int, torch.Tensor]:
         # Forward the contiguous run of rows that spans every row with input: a view of the
         # cache, never a copy. Rows inside the run that have nothing to do get one padding token.
         by_row = {s.row: (toks, n_block) for s, toks, n_block in fwd}
+        window = {s.row: s.window for s, _, _ in fwd}
         lo, hi = min(by_row), max(by_row) + 1
         t = max(len(toks) for toks, _ in by_row.values())
         cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
@@ -222,7 +235,7 @@ class BlockDecoder:
         # One lm_head call for all rows, and only at the positions whose prediction is read: the
         # last pending token and the block positions (the vocabulary projection is ~20% of a pass).
         rows = list(by_row)
-        need = {r: self._needed_positions(len(by_row[r][0]), by_row[r][1]) for r in rows}
+        need = {r: self._needed_positions(len(by_row[r][0]) - window[r], by_row[r][1] - window[r]) for r in rows}
         logits = self.model.lm_head(torch.cat([h[r - lo, need[r]] for r in rows])).float()
         out = {}
         for r, part in zip(rows, logits.split([len(need[r]) for r in rows]), strict=True):

@@ -33,6 +33,9 @@ class Family:
     # block with its masks (SDAR, Fast-dLLM v2). False: the first block starts where the prompt
     # ends (the embedded default, which was trained that way).
     align_blocks: bool = False
+    # Full diffusion (LLaDA, Dream): every pass over a block also carries the masked rest of the
+    # generation window, the layout their samplers use and they were trained on.
+    masked_window: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -51,9 +54,9 @@ FAMILIES: dict[str, Family] = {
             chat_template="checkpoint", thinking=False, align_blocks=True,
         ),
         Family("llada", "bidirectional", 32, None, 126336, False, "full", "LLaDA-8B-Instruct (full diffusion)",
-               chat_template="checkpoint", thinking=False),
+               chat_template="checkpoint", thinking=False, masked_window=True),
         Family("dream", "bidirectional", 32, "<|mask|>", 151666, True, "full", "Dream-7B-Instruct (full diffusion)",
-               chat_template="checkpoint", thinking=False),
+               chat_template="checkpoint", thinking=False, masked_window=True),
     ]
 }
 

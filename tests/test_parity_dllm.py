@@ -348,3 +348,26 @@ def test_serve_takes_decoding_reference(monkeypatch):
     assert seen["decoding"] == "reference"
     eng = server.Engine.load(args.model, precision="fp32", decoding=args.decoding)
     assert eng.decoding == "reference" and eng.reference is not None
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_engine_decoder_shows_full_diffusion_models_the_masked_window(family, monkeypatch):
+    """LLaDA and Dream see the rest of the generation window as masks in every pass over a block
+    (as their samplers lay it out), in the engine's own decoder too."""
+    eng = Engine.load(FIXTURES / family / "ckpt", precision="fp32")
+    assert eng.family.masked_window
+    lengths = []
+    hidden = eng.model.hidden
+
+    def spy(tokens, *a, **k):
+        lengths.append(tokens.shape[1])
+        return hidden(tokens, *a, **k)
+
+    monkeypatch.setattr(eng.model, "hidden", spy)
+    case = _case(family, "aligned")
+    req = eng.prepare(case["messages"], reasoning_effort="instant", max_tokens=64)
+    for _ in req.run_alone():
+        pass
+    assert lengths[0] == len(case["prompt_ids"])  # the prefill
+    assert lengths[1] == 64  # the first block and the 32 masks after it
+    assert len(req.state.generated) == 64 or req.state.finish_reason == "stop"
