@@ -172,6 +172,11 @@ class BlockDecoder:
         # a block whose only open position is 0 does not need to be in the input (AR mode).
         if not self.family.token_shift:
             return True
+        if self.family.first_token_at_once and st.committed and not st.committed[0]:
+            # Fast-dLLM v2: the block's first token is committed from the logits of the pass
+            # that wrote the previous block (or of the prefill) before the block is denoised, so
+            # that pass carries only the pending tokens (or there is none: the prefill gave them).
+            return False
         return any(not c for c in st.committed[1:])
 
     @torch.inference_mode()
@@ -271,6 +276,11 @@ class BlockDecoder:
         open_pos = [j for j, c in enumerate(s.committed) if not c]
         if not open_pos:
             return
+        sub = self.family.sub_block
+        if sub and n_block:
+            # Fast-dLLM v2: only the first sub-block that still has masks is unmasked this step.
+            lo = open_pos[0] // sub * sub
+            open_pos = [j for j in open_pos if j < lo + sub]
         logits = self._predictions(s, out, npend, n_block)[open_pos]
         if s.banned:
             logits[:, list(s.banned)] = float("-inf")
@@ -293,6 +303,7 @@ class BlockDecoder:
                 chosen = self._drop_adjacent_duplicates(chosen, open_pos, tok, conf)
             if not chosen:
                 chosen = [int(conf.argmax())]
+
         for i in chosen:
             j = open_pos[i]
             s.block[j] = int(tok[i])

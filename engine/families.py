@@ -36,6 +36,11 @@ class Family:
     # Full diffusion (LLaDA, Dream): every pass over a block also carries the masked rest of the
     # generation window, the layout their samplers use and they were trained on.
     masked_window: bool = False
+    # Fast-dLLM v2: unmask sub-blocks of this many positions in order (0: the whole block at once),
+    # and commit a block's first token from the pass that wrote the previous block (or from the
+    # prefill) before the block is denoised: one unfused write pass per block, as the reference.
+    sub_block: int = 0
+    first_token_at_once: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -51,7 +56,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "fast_dllm_v2", "block_causal", 32, "|<MASK>|", 151665, True, "block",
             "Fast_dLLM_v2 (Qwen2.5, block 32 with sub-blocks of 8, token shift)",
-            chat_template="checkpoint", thinking=False, align_blocks=True,
+            chat_template="checkpoint", thinking=False, align_blocks=True, sub_block=8, first_token_at_once=True,
         ),
         Family("llada", "bidirectional", 32, None, 126336, False, "full", "LLaDA-8B-Instruct (full diffusion)",
                chat_template="checkpoint", thinking=False, masked_window=True),

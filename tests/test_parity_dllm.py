@@ -185,6 +185,26 @@ def test_parity_fast_dllm_v2_greedy_unaligned():
     check_greedy("fast_dllm_v2", "unaligned")
 
 
+@pytest.mark.parametrize("name", ["aligned", "unaligned"])
+def test_parity_fast_dllm_v2_engine_decoder_matches_the_reference(name):
+    """The engine's own decoder on Fast_dLLM_v2: aligned blocks, sub-blocks of 8 in order, the first
+    token of a block from the pass that wrote the previous one. With the reference's setting
+    (commit above 0.9, at least the best; no step cap, no duplicate guard) it gives its tokens."""
+    case = _case("fast_dllm_v2", name)
+    eng = Engine.load(FIXTURES / "fast_dllm_v2" / "ckpt", precision="fp32")
+    assert eng.decoding == "engine" and eng.family.sub_block == 8 and eng.family.first_token_at_once
+    # The reference commits p > 0.9; the engine commits p >= threshold.
+    req = eng.prepare(case["messages"], reasoning_effort="high", max_tokens=64, threshold=0.9 + 1e-7,
+                      guided_tools=False)
+    req.params.dedup_guard = False
+    req.params.max_steps_per_block = 10_000
+    for _ in req.run_alone():
+        pass
+    got = req.state.generated
+    stopped = req.state.finish_reason == "stop"
+    assert got == case["generated"][: len(got)] and (len(got) >= MIN_TOKENS or stopped)
+
+
 # --- LLaDA ----------------------------------------------------------------------------------------
 
 def test_parity_llada_logits_aligned():
