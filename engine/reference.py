@@ -286,13 +286,10 @@ class ReferenceDecoder:
                 full_conf[b:] = float("-inf")
                 k = int((x[start:end] == self.mask_id).sum())
                 sel_conf, sel = torch.topk(full_conf, k)
+                # The most confident masked block position always; the others at >= threshold.
                 transfer = torch.zeros(t, dtype=torch.bool)
+                transfer[sel[sel_conf >= thr]] = True
                 transfer[sel[0]] = True
-                for j in range(1, k):
-                    if sel_conf[j] < thr:
-                        transfer[sel[j]] = False
-                    else:
-                        transfer[sel[j]] = True
                 x[start:][transfer] = x_[transfer]
                 if not bool((x[start:end] == self.mask_id).any()):
                     break
