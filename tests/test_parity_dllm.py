@@ -391,3 +391,24 @@ def test_engine_decoder_shows_full_diffusion_models_the_masked_window(family, mo
     assert lengths[0] == len(case["prompt_ids"])  # the prefill
     assert lengths[1] == 64  # the first block and the 32 masks after it
     assert len(req.state.generated) == 64 or req.state.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
+def test_aligned_families_session_turn_equals_scratch(family):
+    """With blocks at absolute multiples of B and a block-causal cache, a call's second turn reuses
+    whole cached blocks and decodes exactly what the same turn from scratch decodes."""
+    eng = Engine.load(FIXTURES / family / "ckpt", precision="fp32")
+    b = eng.family.block_size
+    sess = eng.session()
+    m1 = [{"role": "user", "content": "Hi, can I book a cleaning for next Tuesday?"}]
+    r1 = eng.chat(m1, reasoning_effort="low", max_tokens=20, session=sess)
+    m2 = m1 + [r1.message(), {"role": "user", "content": "And on Wednesday morning, anything?"}]
+    turn = eng.prepare(m2, reasoning_effort="low", max_tokens=20, session=sess)
+    with sess.lock:
+        for _ in turn.run_alone():
+            pass
+    scratch = eng.prepare(m2, reasoning_effort="low", max_tokens=20)
+    for _ in scratch.run_alone():
+        pass
+    assert turn.cached_tokens > 0 and turn.cached_tokens % b == 0
+    assert turn.state.generated == scratch.state.generated
