@@ -134,7 +134,7 @@ class Engine:
         its family's reference sampler at its documented greedy settings, exactly
         (engine/reference.py); the default "engine" is our block decoder with efforts and guards.
 
-        `precision` ("fp32" | "bf16" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
+        `precision` ("fp32" | "bf16" | "int8" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
         then auto (engine/precision.py)."""
         if decoding not in ("engine", "reference"):
             raise ValueError(f"decoding must be 'engine' or 'reference'; got {decoding!r}")
@@ -179,6 +179,10 @@ class Engine:
                 from engine.adapter import merge_adapter
 
                 info["adapter"] = merge_adapter(ckpt.model, Path(adapter))
+        if prec.int8_weights:  # after the adapter merge: the merged weights are what is quantised
+            from engine.quant import quantize_int8
+
+            info["int8_linears"] = quantize_int8(ckpt.model, dtype)
         if block_size:
             fam = _with_block(fam, block_size)
         mask_id = _mask_id(ckpt, fam)

@@ -1,11 +1,18 @@
-"""python -m engine.bench: block diffusion vs AR on the same weights, in one run.
+"""python -m engine.bench: block diffusion vs AR on the same weights, and the roofline, in one run.
 
 For every reasoning_effort it decodes a fixed set of voice-agent turns twice, as block diffusion
 and as AR (block size 1) on the same weights, and reports decode_tok_s, tokens_per_forward,
 prefill_ms and TTFT/TTFAT p50/p95. TTFAT is measured on the second turn of a call, with the
-call's session cache warm (the system prompt is not prefilled again), as in a live call. A peer
-baseline, transformers `generate` on the same base weights, is timed on the same prompts.
-`--json` prints one JSON object as the last line.
+call's session cache warm (the system prompt is not prefilled again), as in a live call.
+
+The roofline rows: the machine's measured memory read bandwidth; the weight bytes one forward
+pass reads at the running precision and the floor that gives (bytes / bandwidth); the measured
+ms of one pass over 1, 2, 4, 8, 16 and 32 new tokens on a 480-token cache (median).
+Peers on the same weights and prompts: transformers `generate`, and llama.cpp (llama-cpp-python,
+the optional `[peer]` extra) on the SmolLM2 GGUF at its own quantisation (Q4_1) and at Q8_0,
+with the same thread count. When llama-cpp-python is not installed the bench says so and its
+rows are null. Every row comes from the same process, so ratios between rows are honest on a
+noisy machine. `--json` prints one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,6 +29,12 @@ import torch
 
 from engine.api import Engine
 from engine.effort import EFFORTS
+from engine.peer_llamacpp import llamacpp_available, llamacpp_decode
+from engine.precision import PRECISIONS
+from engine.quant import linear_bytes
+
+PASS_TOKENS = (1, 2, 4, 8, 16, 32)
+PASS_CACHE = 480
 
 PROMPTS_YAML = Path(__file__).resolve().parents[1] / "prompts" / "dental_receptionist.yaml"
 TURNS = [
@@ -101,6 +115,76 @@ def hf_generate_tok_s(eng: Engine, max_tokens: int, n: int) -> float:
         dec_s += max(total - t_prefill, 1e-9)
     return round(tok_total / dec_s, 2)
 
+def read_bandwidth_gbps(mb: int = 256, reps: int = 7) -> float:
+    """Memory read bandwidth: the best of `reps` sums over a buffer far larger than the caches."""
+    x = torch.ones(mb * 2**20 // 4, dtype=torch.float32)
+    x.sum()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return round(x.numel() * 4 / best / 1e9, 2)
+
+
+def weight_bytes_per_pass(eng: Engine) -> int:
+    """Bytes of weights one forward pass must read: every linear (scales included) and the LM
+    head, plus the norms. The embedding lookup reads only its rows and is not counted."""
+    model = eng.model
+    norms = sum(m.weight.numel() * m.weight.element_size() for n, m in model.named_modules() if n.endswith("norm"))
+    return linear_bytes(model) + norms
+
+
+def kv_bytes_per_pass(eng: Engine, cache_len: int = PASS_CACHE) -> int:
+    cfg = eng.model.cfg
+    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * cache_len * eng.model.dtype.itemsize
+
+
+def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
+    t = x.shape[1]
+    mask, _ = cache.mask(intra, t)
+    slots = cache.slots_for(t)
+    h = eng.model.hidden(x, slots, mask, cache, slots)
+    eng.model.lm_head(h[0]).float()
+
+
+@torch.inference_mode()
+def ms_per_pass(eng: Engine, tokens=PASS_TOKENS, cache_len: int = PASS_CACHE, reps: int = 8) -> dict[str, float]:
+    """Median ms of one engine pass (mask, forward, LM head at every new position) over T new
+    tokens that see each other (a block) on top of a `cache_len`-token cache."""
+    out = {}
+    for t in tokens:
+        cache = eng.new_cache(capacity=cache_len + max(tokens))
+        cache.lengths[0] = cache_len  # K/V content does not change the cost
+        x = torch.randint(0, eng.model.cfg.vocab_size, (1, t))
+        intra = torch.ones(t, t, dtype=torch.bool)
+        for _ in range(2):
+            _one_pass(eng, cache, x, intra)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            _one_pass(eng, cache, x, intra)
+            times.append((time.perf_counter() - t0) * 1000)
+        out[str(t)] = round(statistics.median(times), 2)
+    return out
+
+
+def _first_turn_ids(eng: Engine, first: str) -> list[int]:
+    msgs = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": first}]
+    return eng.tokenizer.encode(eng.chat_format.render(msgs), add_special_tokens=False).ids
+
+
+def roofline(eng: Engine) -> dict:
+    bw = read_bandwidth_gbps()
+    wbytes = weight_bytes_per_pass(eng)
+    return {
+        "bandwidth_gbps": bw,
+        "weight_bytes_per_pass": wbytes,
+        "kv_bytes_per_pass": kv_bytes_per_pass(eng),
+        "floor_ms_per_pass": round(wbytes / (bw * 1e9) * 1000, 2),
+        "ms_per_pass": ms_per_pass(eng),
+    }
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__,
@@ -110,14 +194,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--efforts", default=",".join(EFFORTS), help="comma-separated reasoning_effort values")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--precision", default=None, choices=[*PRECISIONS, "float32", "bfloat16"],
+                   help="weights and activations (default: $VOICE_AGENT_PRECISION, else auto)")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers generate baseline")
+    p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp peer even when it is installed")
+    p.add_argument("--roofline-only", action="store_true",
+                   help="only the roofline rows (bandwidth, floor, ms per pass): no decoding")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    eng = Engine.load(a.model)
+    eng = Engine.load(a.model, precision=a.precision)
+    precision = eng.info.get("precision")
+    roof = roofline(eng)
+    print(f"roofline ({precision}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
+          f"weights {roof['weight_bytes_per_pass'] / 1e6:.1f} MB/pass -> floor {roof['floor_ms_per_pass']} ms/pass; "
+          f"ms per pass by tokens (cache {PASS_CACHE}): {roof['ms_per_pass']}", flush=True)
+    if a.roofline_only:
+        if a.json:
+            print(json.dumps({"model": eng.model_name, "precision": precision, "threads": torch.get_num_threads(),
+                              **roof}))
+        return 0
     ar = eng.variant(family="ar")
-    base_ar = Engine.load("smollm2-base", dtype=eng.model.dtype) if a.model == "default" else ar
+    base_ar = Engine.load("smollm2-base", precision=precision) if a.model == "default" else ar
     efforts = [e.strip() for e in a.efforts.split(",") if e.strip()]
     by_effort = {}
     n = min(a.prompts, len(TURNS))
@@ -136,10 +235,25 @@ def main(argv: list[str] | None = None) -> int:
     base_ar_tok_s = run_turns(base_ar, "instant", a.max_tokens, n)["decode_tok_s"]
     hf = None if a.no_hf else hf_generate_tok_s(base_ar, a.max_tokens, n)
     print(f"same base weights, AR: ours {base_ar_tok_s} tok/s vs transformers generate {hf} tok/s")
+    peer: dict[str, dict | None] = {"Q4_1": None, "Q8_0": None}
+    peer_status = "skipped (--no-llamacpp)" if a.no_llamacpp else "absent (llama-cpp-python not installed)"
+    if a.no_llamacpp:
+        print("llama.cpp peer: skipped (--no-llamacpp)")
+    elif not llamacpp_available():
+        print("llama.cpp peer: ABSENT (llama-cpp-python is not installed; pip install -c constraints.txt "
+              "-e '.[peer]' builds it, ~10 min) -> llamacpp rows are null")
+    else:
+        peer_status = "measured"
+        for q in peer:
+            prompts = [_first_turn_ids(base_ar, first) for first, _ in [TURNS[0], *TURNS[:n]]]  # [0]: warm-up
+            peer[q] = llamacpp_decode(q, prompts, a.max_tokens, torch.get_num_threads())
+            print(f"llama.cpp {q} ({peer[q]['gguf']}, {torch.get_num_threads()} threads): decode "
+                  f"{peer[q]['decode_tok_s']} tok/s, prefill p50 {peer[q]['prefill_ms_p50']} ms", flush=True)
     head = by_effort.get("low") or next(iter(by_effort.values()))
     summary = {
         "model": eng.model_name,
         "dtype": str(eng.model.dtype).replace("torch.", ""),
+        "precision": precision,
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "reasoning_effort": "low" if "low" in by_effort else efforts[0],
@@ -152,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         "prefill_ms": head["prefill_ms"],
         "base_ar_decode_tok_s": base_ar_tok_s,
         "hf_generate_tok_s": hf,
+        **roof,
+        "llamacpp_decode_tok_s": peer["Q4_1"] and peer["Q4_1"]["decode_tok_s"],
+        "llamacpp_q8_0_decode_tok_s": peer["Q8_0"] and peer["Q8_0"]["decode_tok_s"],
+        "llamacpp": peer if any(peer.values()) else None,
+        "llamacpp_status": peer_status,
         "by_effort": by_effort,
         "prompts": n,
         "max_tokens": a.max_tokens,

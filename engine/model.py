@@ -79,6 +79,8 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
         self.q_norm = RMSNorm(hd, cfg.rms_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.rms_eps) if cfg.qk_norm else None
+        # engine/quant.py may replace q/k/v by one fused int8 linear (one kernel call, one input cast).
+        self.qkv_proj: nn.Module | None = None
 
     def forward(
         self,
@@ -92,9 +94,14 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         b, t, _ = x.shape
         hd = self.cfg.head_dim
-        q = self.q_proj(x).view(b, t, self.cfg.n_heads, hd)
-        k = self.k_proj(x).view(b, t, self.cfg.n_kv_heads, hd)
-        v = self.v_proj(x).view(b, t, self.cfg.n_kv_heads, hd)
+        if self.qkv_proj is not None:
+            nq, nkv = self.cfg.n_heads * hd, self.cfg.n_kv_heads * hd
+            q, k, v = self.qkv_proj(x).split([nq, nkv, nkv], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, self.cfg.n_heads, hd)
+        k = k.view(b, t, self.cfg.n_kv_heads, hd)
+        v = v.view(b, t, self.cfg.n_kv_heads, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -117,8 +124,12 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+        self.gate_up_proj: nn.Module | None = None  # fused gate+up (engine/quant.py), else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_proj is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

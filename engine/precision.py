@@ -1,10 +1,15 @@
 """The engine's numeric precision: one switch, one rule for `auto`, and what bf16 is allowed to differ by.
 
-    VOICE_AGENT_PRECISION=fp32|bf16|auto     (or Engine.load(..., precision="fp32"), `--precision` on commands)
+    VOICE_AGENT_PRECISION=fp32|bf16|int8|auto     (or Engine.load(..., precision="fp32"), `--precision` on commands)
 
 `auto` picks bf16 only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere a bf16
 matmul of more than one token is several times slower than fp32 (measured without AVX512: 8 tokens
 190 vs 140 ms), so fp32 it is. The explicit argument wins over the variable, the variable over auto.
+
+`int8` is weight-only int8 (engine/quant.py: per-channel symmetric int8 linears and LM head, PyTorch's
+`torch._weight_int8pack_mm`); its activations, norms, attention and KV cache run in `int8_activation_dtype()`:
+bf16 where the CPU multiplies it natively, fp32 elsewhere. It is opt-in: `auto` never picks it (its quality
+check on the trained brain is pending), and what it promises is `engine.quant.INT8_TOLERANCE`.
 
 What is exact, and where:
 - fp32: token-for-token equality of a session turn vs the same turn from scratch, of batched vs
@@ -22,8 +27,8 @@ from pathlib import Path
 import torch
 
 PRECISION_ENV = "VOICE_AGENT_PRECISION"
-PRECISIONS = ("auto", "fp32", "bf16")
-_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "auto": "auto"}
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
+_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "auto": "auto", "int8": "int8"}
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -56,9 +61,13 @@ class PrecisionError(ValueError):
 
 @dataclass(frozen=True)
 class Precision:
-    name: str          # "fp32" | "bf16"
-    dtype: torch.dtype
+    name: str          # "fp32" | "bf16" | "int8"
+    dtype: torch.dtype  # the activations' (and the KV cache's) dtype; for int8 also the scales'
     reason: str        # why this one: "asked for", "VOICE_AGENT_PRECISION=...", or the CPU flags
+
+    @property
+    def int8_weights(self) -> bool:
+        return self.name == "int8"
 
 
 def native_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
@@ -68,6 +77,16 @@ def native_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     except OSError:
         return []
     return [f for f in NATIVE_BF16_FLAGS if f in flags]
+
+
+def int8_activation_dtype() -> torch.dtype:
+    """Activations of the int8 path: bf16 with native bf16 matmuls, else fp32.
+
+    Either way the int8 kernel itself is fed bf16 (engine/quant.py: its fp32 path is scalar without
+    AVX512). Measured on a 2-core EPYC without AVX512 (SmolLM2-135M, 480-token cache, 1 thread, a
+    busy machine): bf16 activations were no faster on 1-8 token passes and made a 300-token prefill
+    8x slower (22.6 vs 2.8 s: bf16 dense matmuls are emulated there), so fp32 it is."""
+    return torch.bfloat16 if native_bf16_flags() else torch.float32
 
 
 def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
@@ -84,6 +103,9 @@ def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     name = _ALIASES.get(str(choice).strip().lower())
     if name is None:
         raise PrecisionError(f"precision must be one of {', '.join(PRECISIONS)}; got {choice!r}")
+    if name == "int8":
+        act = int8_activation_dtype()
+        return Precision("int8", act, f"{source}; int8 weights, {str(act).replace('torch.', '')} activations")
     if name != "auto":
         return Precision(name, _DTYPES[name], source)
     flags = native_bf16_flags()
@@ -92,5 +114,5 @@ def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")
 
 
-__all__ = ["BF16_TOLERANCE", "PRECISIONS", "PRECISION_ENV", "Precision", "PrecisionError", "native_bf16_flags",
-           "resolve_precision"]
+__all__ = ["BF16_TOLERANCE", "PRECISIONS", "PRECISION_ENV", "Precision", "PrecisionError", "int8_activation_dtype",
+           "native_bf16_flags", "resolve_precision"]

@@ -24,8 +24,10 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCAL = {"engine", "voice_agent", "tests", "prompts", "samples"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
 # Modules the code imports only inside a function, for backends a user installs on purpose.
 USER_BACKENDS = {"TTS": "coqui-tts (--tts coqui; no offline weights)", "piper": "piper-tts (--tts piper; GPL-3.0)"}
+# Optional peers a user installs on request (an extra, never CI): imported lazily; declared even when absent.
+OPTIONAL_PEERS = {"llama_cpp": "llama-cpp-python"}
 # Which extra may provide the imports of which files (first match); everything else: the default install.
-EXTRA_FOR = [("voice_agent/livekit/", "livekit"), ("voice_agent/transports/room.py", "livekit"),
+EXTRA_FOR = [("engine/peer_llamacpp.py", "peer"), ("voice_agent/livekit/", "livekit"), ("voice_agent/transports/room.py", "livekit"),
              ("voice_agent/commands/room.py", "livekit"), ("voice_agent/commands/livekit_worker.py", "livekit"),
              ("engine/train/", "train"), ("tests/", "all")]
 
@@ -94,6 +96,10 @@ def test_every_third_party_import_is_declared_in_the_group_that_covers_it():
             assert not at_top, f"{module} ({USER_BACKENDS[module]}) must be imported lazily, not in {at_top}"
             continue
         dists = {_norm(d) for d in providers.get(module, [])}
+        if module in OPTIONAL_PEERS:
+            at_top = [f for f, top in sites if top]
+            assert not at_top, f"{module} (an optional peer) must be imported lazily, not in {at_top}"
+            dists = dists or {OPTIONAL_PEERS[module]}
         if not dists:
             problems.append(f"{module}: imported by {sites[0][0]} but no installed package provides it")
             continue

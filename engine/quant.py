@@ -1,0 +1,150 @@
+"""Weight-only int8 for CPU inference (gpt-fast style): per-output-channel symmetric int8 weights.
+
+    quantize_int8(model)        # every nn.Linear of the layers and the LM head, in place
+
+A linear's weight W [N, K] becomes int8 Q = round(W / s) with one scale per output channel,
+s = max|W[n, :]| / 127, and the matmul runs in PyTorch's own kernel `torch._weight_int8pack_mm`
+(activations in the model's dtype, fp32 or bf16; the kernel de-quantises on the fly). A pass then
+reads a quarter of the fp32 weight bytes. Applied at load time, after the adapter merge, so the
+merged weights are what is quantised. With tied embeddings the LM head gets its own int8 copy;
+the embedding table stays in the activation dtype (a lookup reads only the rows it needs).
+
+What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/test_quant.py checks it on tiny
+random weights; the quality check on the trained brain is separate, see the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Int8Tolerance:
+    """How far int8 logits may be from fp32's on the same weights and tokens (teacher-forced).
+
+    Per-channel rounding moves each weight by at most 1/254 of its channel's largest weight.
+    Measured (bf16 kernel inputs): tiny random qwen2/llama/qwen3 models, largest difference 2-3% of
+    the logit range; SmolLM2-135M (AR base) on two receptionist prompts plus fp32's greedy replies,
+    largest difference ~1.5 logits of a ~71 range, argmax agreement 0.92-0.98 (bf16: 1.27, 0.96-1.0).
+    Whether that keeps the trained brain's calls intact is a separate check (task success, ROUGE-L)."""
+
+    max_abs_logit_diff: float = 2.5    # per logit, on the real weights (as BF16_TOLERANCE)
+    max_rel_logit_diff: float = 0.05   # max |int8 - fp32| / (max fp32 logit - min fp32 logit)
+    min_top1_agreement: float = 0.9    # share of positions whose argmax matches fp32 (AR weights)
+
+
+INT8_TOLERANCE = Int8Tolerance()
+
+
+# Passes wider than this many rows use a dense matmul instead of the int8 kernel, whose cost grows
+# with the rows. Measured without AVX512 (SmolLM2-135M, 480-token cache, 1 thread): int8 kernel vs
+# fp32 dense, 8 tokens 119 vs 200 ms, 16 tokens 249 vs 274, 32 tokens 543 vs 271; a 30-token
+# prefill 357 vs 248 ms. De-quantising the weights on every wide pass costs more than it saves
+# (32 tokens: 562 ms), so by default a dense copy is kept for wide passes (`keep_dense`).
+DENSE_ABOVE_ROWS = 12
+KERNEL_DTYPE = torch.bfloat16
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (Q * s[:, None]).T + b, with Q int8 [N, K] and s [N] per output channel.
+
+    `kernel_dtype` is what `torch._weight_int8pack_mm` runs in (the input is cast to it and the
+    result back): PyTorch's int8 kernel is vectorised for bf16 on AVX2 and AVX512 but falls back to
+    a scalar loop for fp32 inputs without AVX512 (measured 9x slower than the bf16 one there)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, act_dtype: torch.dtype,
+                 kernel_dtype: torch.dtype | None = None, dense_above: int = DENSE_ABOVE_ROWS,
+                 keep_dense: bool = True) -> None:
+        super().__init__()
+        w = weight.detach().float()
+        scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+        self.in_features, self.out_features = w.shape[1], w.shape[0]
+        self.act_dtype = act_dtype
+        self.kernel_dtype = kernel_dtype or act_dtype
+        self.dense_above = dense_above
+        self.register_buffer("weight", q.contiguous())
+        self.register_buffer("scales", scales.to(self.kernel_dtype))
+        self.register_buffer("bias", None if bias is None else bias.detach().to(act_dtype))
+        # what wide passes multiply by (the de-quantised weight, so both paths hold the same values)
+        dense = self.dequantized(act_dtype).contiguous() if keep_dense else None
+        self.register_buffer("dense_weight", dense, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features)
+        if x2.shape[0] > self.dense_above:
+            w = self.dense_weight if self.dense_weight is not None else self.dequantized(x2.dtype)
+            y = torch.nn.functional.linear(x2, w.to(x2.dtype))
+        else:
+            y = torch._weight_int8pack_mm(x2.to(self.kernel_dtype).contiguous(), self.weight, self.scales)
+            y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*shape[:-1], self.out_features)
+
+    def dequantized(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        dtype = dtype or self.scales.dtype
+        return self.weight.to(dtype) * self.scales.to(dtype)[:, None]
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel, "
+                f"kernel {str(self.kernel_dtype).replace('torch.', '')}")
+
+
+def _fused(lins: list[nn.Linear], act: torch.dtype, kernel: torch.dtype, dense_above: int,
+           keep_dense: bool) -> Int8Linear:
+    # Per-channel scales are per output row, so quantising the stacked weight gives exactly the
+    # rows (and scales) that quantising each linear alone would.
+    w = torch.cat([lin.weight.detach() for lin in lins])
+    bias = None if lins[0].bias is None else torch.cat([lin.bias.detach() for lin in lins])
+    return Int8Linear(w, bias, act, kernel, dense_above, keep_dense)
+
+
+def quantize_int8(model: nn.Module, act_dtype: torch.dtype | None = None, kernel_dtype: torch.dtype | None = None,
+                  dense_above: int = DENSE_ABOVE_ROWS, fuse: bool = True, keep_dense: bool = True) -> int:
+    """Replace every nn.Linear in `model` (layers and LM head) by an Int8Linear; returns how many
+    linears were quantised.
+
+    `act_dtype` defaults to the model's dtype (its embedding's); `kernel_dtype` to bf16 (see
+    Int8Linear). `keep_dense` keeps a de-quantised copy for passes wider than `dense_above` rows
+    (memory: 1.25x fp32's weights; a narrow pass reads only the int8 bytes). With `fuse`, each attention's q/k/v become one `qkv_proj` and each MLP's gate/up
+    one `gate_up_proj` (4 kernel calls per layer instead of 7; the same int8 rows and scales). A
+    tied LM head gets its own int8 copy; the embedding table keeps its weights."""
+    act = act_dtype or next(model.parameters()).dtype
+    kernel_dtype = kernel_dtype or KERNEL_DTYPE
+    count = 0
+    if fuse:
+        for mod in list(model.modules()):
+            if hasattr(mod, "qkv_proj") and isinstance(getattr(mod, "q_proj", None), nn.Linear):
+                mod.qkv_proj = _fused([mod.q_proj, mod.k_proj, mod.v_proj], act, kernel_dtype, dense_above,
+                                      keep_dense)
+                del mod.q_proj, mod.k_proj, mod.v_proj
+                count += 3
+            if hasattr(mod, "gate_up_proj") and isinstance(getattr(mod, "gate_proj", None), nn.Linear):
+                mod.gate_up_proj = _fused([mod.gate_proj, mod.up_proj], act, kernel_dtype, dense_above, keep_dense)
+                del mod.gate_proj, mod.up_proj
+                count += 2
+    targets = [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.Linear)]
+    for name, lin in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, Int8Linear(lin.weight, lin.bias, act, kernel_dtype, dense_above, keep_dense))
+    return count + len(targets)
+
+
+def linear_bytes(model: nn.Module) -> int:
+    """Bytes of every linear weight (and its scales and bias): what one forward pass must read."""
+    total = 0
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear | Int8Linear):
+            for t in (mod.weight, getattr(mod, "scales", None), mod.bias):
+                if t is not None:
+                    total += t.numel() * t.element_size()
+    return total
+
+
+__all__ = ["INT8_TOLERANCE", "Int8Linear", "Int8Tolerance", "linear_bytes", "quantize_int8"]

@@ -1,0 +1,133 @@
+"""Weight-only int8 (engine/quant.py): what it replaces, what it reads, and how far it is from fp32
+(engine.quant.INT8_TOLERANCE); the roofline bench's JSON keys; the engine's import boundary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine import Engine
+from engine.model import causal_mask
+from engine.quant import INT8_TOLERANCE, Int8Linear, linear_bytes, quantize_int8
+from tests.tiny_models import save_tiny
+
+CALL = [
+    {"role": "system", "content": "You are a receptionist at a dental clinic."},
+    {"role": "user", "content": "Hi, I need a cleaning next week."},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "llama", "llama", seed=1)
+
+
+def _logits(eng: Engine, tokens: list[int]) -> torch.Tensor:
+    t = len(tokens)
+    with torch.no_grad():
+        return eng.model(torch.tensor([tokens]), torch.arange(t)[None], causal_mask(t)[None, None])[0].float()
+
+
+def test_int8_replaces_every_linear_and_the_lm_head(tiny_folder):
+    fp = Engine.load(tiny_folder, precision="fp32")
+    q = Engine.load(tiny_folder, precision="int8")
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in fp.model.modules())
+    assert q.info["precision"] == "int8" and q.info["int8_linears"] == n_linear == 7 * 2 + 1
+    assert not any(isinstance(m, torch.nn.Linear) for m in q.model.modules())
+    assert isinstance(q.model.lm_head, Int8Linear) and q.model.lm_head.weight.dtype == torch.int8
+    # int8 weights plus one scale per output channel: about a quarter of fp32's bytes
+    assert linear_bytes(q.model) < 0.27 * linear_bytes(fp.model)
+
+
+def test_int8_logits_within_tolerance_of_fp32_on_tiny_weights(tiny_folder):
+    fp = Engine.load(tiny_folder, precision="fp32", family="smollm2-dllm", block_size=4)
+    q = Engine.load(tiny_folder, precision="int8", family="smollm2-dllm", block_size=4)
+    tokens = fp.prepare(CALL, reasoning_effort="instant").tokens
+    f, b = _logits(fp, tokens), _logits(q, tokens)
+    rel = float((f - b).abs().max() / (f.max() - f.min()))
+    assert rel <= INT8_TOLERANCE.max_rel_logit_diff  # measured 0.02-0.03
+    # and the engine decodes with it, a session's second turn included
+    sess = q.session()
+    r = q.chat(CALL, reasoning_effort="instant", max_tokens=8, session=sess)
+    r2 = q.chat([*CALL, r.message(), {"role": "user", "content": "Tuesday."}], reasoning_effort="instant",
+                max_tokens=8, session=sess)
+    assert r2.metrics["completion_tokens"] > 0 and r2.finish_reason in ("stop", "length")
+
+
+def test_int8_linear_matches_its_dequantised_weight_at_every_width():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 96, bias=True).requires_grad_(False)
+    q = Int8Linear(lin.weight, lin.bias, torch.float32, dense_above=4)
+    w = q.dequantized().float()
+    assert float((w - lin.weight).abs().max()) <= float(lin.weight.abs().max()) / 254 + 1e-7
+    for rows in (1, 3, 4, 5, 32):  # <= 4 rows: the int8 kernel; wider: the dense fallback
+        x = torch.randn(rows, 64)
+        ref = x @ w.T + lin.bias
+        got = q(x)
+        assert got.shape == (rows, 96) and got.dtype == torch.float32
+        assert float((got - ref).abs().max()) < 0.05 * float(ref.abs().max())
+    assert q(torch.randn(64)).shape == (96,)  # a 1-D input (the LM head at one position)
+
+
+def test_quantize_int8_unties_the_lm_head_from_the_embedding():
+    from engine.model import ModelConfig, Transformer, init_random
+
+    m = Transformer(ModelConfig(vocab_size=100, dim=32, n_layers=1, n_heads=4, n_kv_heads=2,
+                                intermediate_size=64, tie_embeddings=True, max_seq_len=64))
+    init_random(m)
+    emb = m.embed_tokens.weight.detach().clone()
+    assert quantize_int8(m) == 8
+    assert torch.equal(m.embed_tokens.weight, emb) and m.embed_tokens.weight.dtype == torch.float32
+
+
+def test_int8_agrees_with_fp32_on_real_weights(base_engine_fp32):
+    """The AR base at int8 vs fp32 on a prompt and fp32's own greedy reply (measured: largest
+    difference ~1.6 logits; argmax agreement 0.93-0.98 over all positions)."""
+    q = Engine.load("smollm2-base", precision="int8", threads=torch.get_num_threads())
+    fp = base_engine_fp32
+    for user in ["Hi, I need a cleaning next week.", "What are your opening hours?"]:
+        msgs = [CALL[0], {"role": "user", "content": user}]
+        tokens = fp.prepare(msgs, reasoning_effort="instant").tokens
+        r = fp.chat(msgs, reasoning_effort="instant", max_tokens=24)
+        reply = fp.tokenizer.encode(r.raw_text or r.text, add_special_tokens=False).ids[:24]
+        f, b = _logits(fp, tokens + reply), _logits(q, tokens + reply)
+        assert float((f - b).abs().max()) <= INT8_TOLERANCE.max_abs_logit_diff
+        assert float((f.argmax(-1) == b.argmax(-1)).float().mean()) >= INT8_TOLERANCE.min_top1_agreement
+
+
+def test_bench_json_keeps_its_keys_and_adds_the_roofline(tiny_folder, capsys):
+    from engine.bench import main
+
+    main(["--model", str(tiny_folder), "--prompts", "1", "--max-tokens", "4", "--efforts", "instant",
+          "--no-hf", "--no-llamacpp", "--precision", "fp32", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("model", "dtype", "threads", "decode_tok_s", "ar_decode_tok_s", "speedup_vs_ar", "tokens_per_forward",
+                "ttfat_ms_p50", "ttfat_ms_p95", "prefill_ms", "base_ar_decode_tok_s", "hf_generate_tok_s", "by_effort",
+                "precision", "bandwidth_gbps", "weight_bytes_per_pass", "floor_ms_per_pass", "ms_per_pass",
+                "llamacpp_decode_tok_s", "llamacpp_q8_0_decode_tok_s"):
+        assert key in out, key
+    assert out["precision"] == "fp32" and out["bandwidth_gbps"] > 0
+    assert set(out["ms_per_pass"]) == {"1", "2", "4", "8", "16", "32"}
+    assert out["floor_ms_per_pass"] == pytest.approx(out["weight_bytes_per_pass"] / out["bandwidth_gbps"] / 1e6, rel=0.02)
+    assert out["llamacpp_decode_tok_s"] is None and out["llamacpp_q8_0_decode_tok_s"] is None  # skipped: null
+
+
+def test_the_engine_never_imports_voice_agent():
+    code = ("import sys, engine; assert not any(m.startswith('voice_agent') for m in sys.modules); "
+            "assert 'torch' not in sys.modules; import engine.tool_args; assert 'torch' not in sys.modules; "
+            "import engine.server, engine.loadtest, engine.soak, engine.bench; "
+            "assert not any(m.startswith('voice_agent') for m in sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_tool_flags_match_the_engine_tables():
+    from engine.effort import EFFORTS
+    from engine.precision import PRECISIONS
+    from engine.tool_args import EFFORT_CHOICES, PRECISION_CHOICES
+
+    assert EFFORT_CHOICES == list(EFFORTS)
+    assert set(PRECISIONS) <= set(PRECISION_CHOICES)
