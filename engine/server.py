@@ -493,10 +493,10 @@ def run_from_args(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from voice_agent.commands.serve import add_arguments
+    from engine.tool_args import serve_arguments
 
     parser = argparse.ArgumentParser(prog="python -m engine.server", description=__doc__)
-    add_arguments(parser)
+    serve_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 
 
