@@ -18,6 +18,7 @@ from livekit.agents.metrics import LLMMetrics
 
 from engine import Engine
 from voice_agent.clinic_db import ClinicDB
+from voice_agent.clinic_words import spoken_day, spoken_time
 from voice_agent.livekit import EngineLLM, EngineTurnMetrics, ScenarioAgent
 from voice_agent.livekit.llm import chat_ctx_to_messages, tools_to_schemas
 from voice_agent.scenarios import load_scenario
@@ -104,8 +105,10 @@ async def test_function_call_runs_the_sqlite_tool_and_reuses_the_kv_cache(engine
         out = result.expect.next_event().is_function_call_output(is_error=False).event().item
         result.expect.next_event().is_message(role="assistant")
     # The tool really ran: its answer came from the database, and the earliest booking is gone.
-    assert json.loads(out.output) == {"cancelled": True, "patient_name": "John Smith",
-                                      "date": before[0]["date"], "time": before[0]["time"]}
+    assert json.loads(out.output) == {"cancelled": True, "patient_name": "John Smith", "service": before[0]["service"],
+                                      "date": before[0]["date"], "time": before[0]["time"],
+                                      "when": f"{spoken_day(dt.date.fromisoformat(before[0]['date']))} at "
+                                              f"{spoken_time(before[0]['time'])}"}
     after = db.appointments("John Smith")
     assert len(after) == len(before) - 1 and before[0] not in after
     # The reply after the tool reused the call's KV cache instead of prefilling everything again.

@@ -35,6 +35,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import run_test
 
 from voice_agent.clinic_db import ClinicDB
+from voice_agent.clinic_words import parse_time
 from voice_agent.scenarios import load_scenario
 from voice_agent.services.llm import EngineLLMService, EngineLLMSettings, EngineMetricsFrame, tools_schema
 
@@ -125,7 +126,7 @@ async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_eng
                               frames_to_send=[LLMContextFrame(ctx)], send_end_frame=False)
 
     assert llm.turn_metrics[0]["tool_calls"] == ["book_appointment"], llm.turn_metrics
-    booked = [a for a in db.appointments("John Smith") if (a["date"], a["time"]) == (day, t)]
+    booked = [a for a in db.appointments("John Smith") if (a["date"], a["time"]) == (day, parse_time(t))]
     assert len(booked) == 1
     results = [f for f in tap.frames if isinstance(f, FunctionCallResultFrame)]
     assert results and results[0].result["booked"] is True
