@@ -183,6 +183,7 @@ class CallerSim:
         self.faq_done = p.faq is None
         self.offtopic_done = p.kind != "offtopic"
         self.last_day = ""  # the words of the day said last
+        self.facts: dict[str, str] = {}  # the scenario's facts, answered from
         self.retried = False
 
     def day_words(self) -> str:
@@ -214,7 +215,7 @@ def first_turn(sim: CallerSim, s: State) -> str:
     p, rng, split = sim.p, sim.rng, sim.p.split
     if p.kind == "faq" and not sim.faq_done:
         sim.faq_done = True
-        s.pending_say = p_fact(p.faq) + " Is there anything else I can help with?"
+        s.pending_say = sim.facts[p.faq] + " Is there anything else I can help with?"
         return rng.choice(L.OPENERS) + L.bank(L.FAQ[p.faq], split, rng)
     if p.kind == "offtopic" and not sim.offtopic_done:
         sim.offtopic_done = True
@@ -237,12 +238,6 @@ def first_turn(sim: CallerSim, s: State) -> str:
         parts.append(L.bank(getattr(L, bank_name), split, rng))
     extra = volunteer(sim, s, k=rng.choice([0, 0, 1, 1, 2, 3]))
     return rng.choice(L.OPENERS) + " ".join(parts + extra)
-
-
-def p_fact(topic: str) -> str:
-    from voice_agent.scenarios import load_scenario as _ls
-
-    return _ls("dental_receptionist").facts[topic]
 
 
 def volunteer(sim: CallerSim, s: State, k: int) -> list[str]:
@@ -298,9 +293,10 @@ def play(plan: Plan, scenario: Scenario, rng: random.Random, think_share: float 
     if call.greet:
         call.messages.append({"role": "assistant", "content": scenario.greeting})
     sim = CallerSim(plan, rng)
+    sim.facts = scenario.facts
     s = State()
     handlers = scenario.bind_handlers(db)
-    user = _tracked(sim, s, lambda: first_turn(sim, s))
+    user = asr(first_turn(sim, s), rng)
     for _turn in range(10):
         _as_said(s, user)
         call.caller_turns.append(user)
@@ -312,10 +308,6 @@ def play(plan: Plan, scenario: Scenario, rng: random.Random, think_share: float 
         if user is None:
             break
     return call
-
-
-def _tracked(sim: CallerSim, s: State, fn) -> str:
-    return asr(fn(), sim.rng)
 
 
 def agent_turn(call: Call, s: State, handlers: dict, think_share: float) -> str | None:
@@ -343,20 +335,17 @@ def caller_reply(sim: CallerSim, s: State, said: str) -> str | None:
     if said.startswith("Thanks for calling"):
         return None
 
-    def go(fn) -> str:
-        return _tracked(sim, s, fn)
-
     if said == ASK["service"]:
-        return go(lambda: " ".join([say_slot(sim, s, "service")] + volunteer(sim, s, rng.choice([0, 1]))))
+        return asr(" ".join([say_slot(sim, s, "service")] + volunteer(sim, s, rng.choice([0, 1]))), rng)
     if said == ASK["day"] or said.endswith("What other day would suit you?"):
         if p.kind == "book_part" and s.part is None:
-            return go(lambda: say_slot(sim, s, "day") + " " + say_slot(sim, s, "part"))
-        return go(lambda: " ".join([say_slot(sim, s, "day")] + volunteer(sim, s, rng.choice([0, 0, 1]))))
+            return asr(say_slot(sim, s, "day") + " " + say_slot(sim, s, "part"), rng)
+        return asr(" ".join([say_slot(sim, s, "day")] + volunteer(sim, s, rng.choice([0, 0, 1]))), rng)
     if said == ASK["name"] or said.endswith("full name on the booking?") or said.endswith("full name again?"):
         if p.kind == "cancel_unknown" and s.name is None and not sim.retried:
             sim.retried = True
             return None  # the caller hangs up unsure: the error was read to them
-        return go(lambda: say_slot(sim, s, "name"))
+        return asr(say_slot(sim, s, "name"), rng)
     if said == ASK["new_when"] or said.endswith("What day and time would you like instead?"):
         def both() -> str:
             s.day = "?"
@@ -364,7 +353,7 @@ def caller_reply(sim: CallerSim, s: State, said: str) -> str | None:
             s.day = sim.last_day
             s.time = _time_in(text, p.time)
             return text
-        return go(both)
+        return asr(both(), rng)
     if "I have" in said or "Would one of those work?" in said or said == ASK["time"] or "next free time" in said:
         offered = _offered(said)
         if "next free time" in said:
@@ -376,8 +365,7 @@ def caller_reply(sim: CallerSim, s: State, said: str) -> str | None:
             return asr(L.bank(L.MORNING if p.part == "morning" else L.AFTERNOON, split, rng), rng)
         if offered and p.time not in offered:
             p.time = rng.choice(offered)
-        s.day = s.day if s.day and s.day[0].isdigit() else s.day
-        return go(lambda: " ".join([say_slot(sim, s, "time")] + volunteer(sim, s, rng.choice([0, 1]))))
+        return asr(" ".join([say_slot(sim, s, "time")] + volunteer(sim, s, rng.choice([0, 1]))), rng)
     if said.startswith("You're booked") and not sim.corrected:
         sim.corrected = True
         t = rng.choice(time_phrases(p.correction_time or p.time))
@@ -388,11 +376,11 @@ def caller_reply(sim: CallerSim, s: State, said: str) -> str | None:
     if not sim.faq_done and rng.random() < 0.3:
         sim.faq_done = True
         topic = rng.choice(list(L.FAQ))
-        s.pending_say = p_fact(topic) + " Anything else?"
+        s.pending_say = sim.facts[topic] + " Anything else?"
         return asr(L.bank(L.FAQ[topic], split, rng), rng)
     if s.intent is None and p.kind in ("faq", "offtopic") and rng.random() < 0.5:
         p.kind = "book"
-        return go(lambda: first_turn(sim, s))
+        return asr(first_turn(sim, s), rng)
     bye = "Thanks for calling Bright Smile Dental" + (f", {first_name(s.name)}" if s.name else "") + ". Goodbye!"
     s.pending_say = bye
     return asr(L.bank(L.THANKS, split, rng), rng)
