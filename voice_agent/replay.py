@@ -259,9 +259,10 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     call_dir.mkdir(parents=True, exist_ok=True)
     db_path = call_dir / "clinic.db"
     db_path.unlink(missing_ok=True)
+    meta = _sidecar(path)  # the call's script, date and diary
     t_wall = time.monotonic()
     try:
-        db, today = call_clinic(db_path, _sidecar(path))
+        db, today = call_clinic(db_path, meta)
         observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar,
                                               db, today)
     except Exception as e:  # one call failing must not stop the batch
@@ -297,7 +298,6 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     # What the call left in the diary: upcoming bookings per patient (checked by `appointments` expectations).
     upcoming = [a for a in db.appointments() if a["date"] >= db.today().isoformat()]
     entry["appointments"] = upcoming
-    meta = _sidecar(path)
     script = [str(s) for s in (meta or {}).get("script", [])]
     if script:
         errors, words = word_errors(" ".join(script), " ".join(t["user_text"] for t in entry["turns"]))
