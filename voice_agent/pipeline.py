@@ -9,14 +9,17 @@
 - Barge-in: caller speech during bot speech interrupts it (`allow_interruptions`).
 - Metrics on (TTFB, processing, usage), the engine's per-turn metrics as EngineMetricsFrame, and
   any observers the caller passes (the replay helper passes its latency observer).
-- The engine is loaded once per process and shared; each call gets its own Session (KV cache).
+- The LLM is the call's brain (voice_agent/brain): the in-process engine, loaded once per process
+  and shared, with a Session (KV cache) per call; or, with `options.llm_url`, an OpenAI-compatible
+  server (no engine is loaded).
+- Every knob is a `CallOptions` field (voice_agent/config.py); `PipelineOptions` is its old name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loguru import logger
@@ -37,39 +40,15 @@ from pipecat.turns.user_start import TranscriptionUserTurnStartStrategy, VADUser
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
+from voice_agent.brain import make_brain
 from voice_agent.clinic_db import ClinicDB
+from voice_agent.config import CallOptions
 from voice_agent.scenarios import Scenario, load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 from voice_agent.services.stt import LocalWhisperSTTService
 from voice_agent.services.tts import make_tts
 
-
-@dataclass
-class PipelineOptions:
-    model: str = "default"                 # "default", "smollm2-base", or a local checkpoint folder
-    stt_model: str = "tiny.en"             # "tiny.en", "base", or a CTranslate2 Whisper folder
-    reasoning_effort: str | None = None    # None: the scenario's
-    smart_turn: bool = False               # Smart Turn v3 end-of-turn model (adds ~100-300 ms)
-    vad_stop_secs: float = 0.2             # silence that ends a VAD speech segment
-    vad_start_secs: float = 0.2            # speech that starts one (also the barge-in delay)
-    vad_confidence: float = 0.7
-    # Loudness gate (0..1). Pipecat's 0.6 is measured over a 400 ms window and delayed barge-in to
-    # ~650 ms after the caller's speech onset on the phone test; 0.4 brought it to ~280 ms.
-    vad_min_volume: float = 0.4
-    user_speech_timeout: float = 0.2       # after VAD stop, wait this long for more speech
-    allow_interruptions: bool = True       # barge-in
-    greeting: bool = True                  # speak the scenario's greeting when the call starts
-    tts: str = "hibari"                    # hibari | piper | coqui
-    tts_voice_path: str | None = None      # piper voice .onnx
-    tts_model_dir: str | None = None       # Coqui model folder
-    max_tokens: int = 256
-    filler_after_s: float = 0.4            # speak the scenario's filler if a tool runs longer
-    stt_threads: int = 2
-    audio_in_sample_rate: int = 16000      # what VAD and Whisper get (transports resample)
-    audio_out_sample_rate: int = 24000     # hibari's native rate; phone lines use 8000
-    db_path: str | None = None             # the clinic database (default ~/.cache/voice-agent)
-    idle_timeout_secs: float | None = 300  # end a call nobody has spoken on for this long
-    extra_processors: list[Any] = field(default_factory=list)  # inserted after the TTS
+PipelineOptions = CallOptions  # the name the entry points used before CallOptions
 
 
 @dataclass
@@ -92,12 +71,11 @@ class CallPipeline:
         return self.task
 
 
-@functools.lru_cache(maxsize=2)
-def load_engine(model: str = "default"):
+def load_engine(model: str = "default", precision: str | None = None, threads: int | None = None):
     """One engine per process and model: calls share the weights, each has its own session."""
-    from engine import Engine
+    from voice_agent.engine_host import shared_engine
 
-    return Engine.load(model)
+    return shared_engine(model, precision=precision, threads=threads)
 
 
 @functools.lru_cache(maxsize=4)
@@ -111,14 +89,14 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     options = options or PipelineOptions()
     if isinstance(scenario, str):
         scenario = load_scenario(scenario)
-    engine = engine if engine is not None else load_engine(options.model)
+    brain = make_brain(options, engine=engine, session=session)
     effort = options.reasoning_effort or scenario.reasoning_effort
     backends = tool_backends if tool_backends is not None else [clinic_db(options.db_path)]
 
     stt = LocalWhisperSTTService(stt_model=options.stt_model, cpu_threads=options.stt_threads)
     llm = EngineLLMService(
-        engine, session=session, system_instruction=scenario.system_prompt_for(today),
-        reasoning_effort=effort, max_tokens=options.max_tokens, tools=scenario.bind_handlers(*backends),
+        brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
+        max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(*backends),
         filler=scenario.filler, filler_after_s=options.filler_after_s)
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir)
 
@@ -145,7 +123,8 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
         async def _greet(worker: PipelineWorker, _frame: Any) -> None:
             await worker.queue_frame(TTSSpeakFrame(scenario.greeting))
 
-    logger.info(f"pipeline: scenario={scenario.name} model={engine.model_name} reasoning_effort={effort} "
+    logger.info(f"pipeline: scenario={scenario.name} model={brain.model_name}"
+                f"{f' at {options.llm_url}' if options.llm_url else ''} reasoning_effort={effort} "
                 f"stt={options.stt_model} tts={options.tts} smart_turn={options.smart_turn} "
                 f"vad_stop_secs={options.vad_stop_secs}")
     return CallPipeline(task=task, pipeline=pipeline, llm=llm, context=context, aggregators=aggregators,

@@ -21,13 +21,14 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from voice_agent.audio_io import AUDIO_SUFFIXES, AudioFormatError, read_caller_audio, write_wav
+from voice_agent.config import CallOptions
 from voice_agent.latency import expectations as expect_mod
 from voice_agent.latency.metrics import distribution, summarize, turn_record
 from voice_agent.latency.report import build_report, write_report
@@ -40,11 +41,10 @@ HANGUP_TIMEOUT_S = 20.0  # how long the pipeline may take to shut down once we h
 MAX_INPUT_LAG_MS = 200.0  # caller audio reaching the VAD later than this (p95) flags the run
 
 
-@dataclass
-class ReplayOptions:
-    scenario: str = "dental_receptionist"
-    reasoning_effort: str | None = None
-    model: str = "default"
+@dataclass(kw_only=True)
+class ReplayOptions(CallOptions):
+    """The call's knobs (CallOptions) and the replay's own."""
+
     fast: bool = False
     caller_channel: str = "left"
     budget_ms: float = 500.0
@@ -52,11 +52,7 @@ class ReplayOptions:
     tail_s: float = 20.0
     embed_audio: bool = True
     progress: bool = True
-    stt_model: str = "tiny.en"
-    smart_turn: bool = False
-    engine_threads: int | None = None
     decoding: str = "diffusion"   # "ar": the same weights decoded one token per pass (the baseline)
-    precision: str | None = None  # engine precision (None: $VOICE_AGENT_PRECISION, else auto)
 
 
 def discover_inputs(inputs: list[Path]) -> list[Path]:
@@ -112,14 +108,13 @@ def call_clinic(db_path: Path, meta: dict | None) -> tuple[Any, dt.date | None]:
 
 def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observers: list[Any],
                    db: Any, today: dt.date | None) -> Any:
-    """The live-call pipeline on our transport, on the call's own clinic database. Returns the worker."""
-    from voice_agent.pipeline import PipelineOptions, build_pipeline
+    """The live-call pipeline on our transport, on the call's own clinic database (the replay's
+    options are the call's: a fresh CallOptions of the same values). Returns the built pipeline."""
+    from voice_agent.pipeline import build_pipeline
 
-    options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model,
-                              smart_turn=opts.smart_turn)
-    built = build_pipeline(transport, scenario, options, engine=engine, observers=observers,
-                           tool_backends=[db], today=today)
-    return built
+    options = CallOptions(**{f.name: getattr(opts, f.name) for f in fields(CallOptions)})
+    return build_pipeline(transport, scenario, options, engine=engine, observers=observers,
+                          tool_backends=[db], today=today)
 
 
 def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
@@ -324,9 +319,11 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     files = discover_inputs(inputs)
     scenario = load_scenario(opts.scenario)
     effort = opts.reasoning_effort or scenario.reasoning_effort
-    engine = Engine.load(opts.model, threads=opts.engine_threads, precision=opts.precision)
-    if opts.decoding == "ar":
-        engine = engine.variant(family="ar")  # same weights, one token per forward: diffusion's share, measured
+    engine = None  # with --llm-url the turns go to that server: no engine here
+    if not opts.remote:
+        engine = Engine.load(opts.model, threads=opts.engine_threads, precision=opts.precision)
+        if opts.decoding == "ar":
+            engine = engine.variant(family="ar")  # same weights, one token per forward: diffusion's share, measured
     calls: list[dict] = []
     taken: set[str] = set()
     calls_bar = None
@@ -347,8 +344,10 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     expectations = None
     if opts.expect is not None:
         expectations = expect_mod.apply(calls, expect_mod.load_expectations(opts.expect))
-    summary = summarize(calls, budget_ms=opts.budget_ms, model=str(getattr(engine, "model_name", opts.model)),
+    model = engine.model_name if engine is not None else _served_model(calls, opts)
+    summary = summarize(calls, budget_ms=opts.budget_ms, model=str(model),
                         reasoning_effort=effort, extra={
+                            "llm_url": opts.llm_url,
                             "mode": "fast" if opts.fast else "realtime",
                             "scenario": scenario.name,
                             "stt_model": opts.stt_model,
@@ -364,12 +363,23 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     return build_report(calls, summary)
 
 
+def _served_model(calls: list[dict], opts: ReplayOptions) -> str:
+    """The model the LLM server said it ran (in the turns' metrics), else the one asked for."""
+    for call in calls:
+        for turn in call.get("turns") or []:
+            for m in turn.get("engine") or []:
+                if m.get("model"):
+                    return str(m["model"])
+    return opts.llm_model or "(the server's)"
+
+
 def print_summary(report: dict, out_dir: Path) -> None:
     s = report["summary"]
     e2e, ttfat = s["e2e_ms"], s["ttfat_ms"]
     rate = s["budget_pass_rate"]
+    where = f" at {s['llm_url']}" if s.get("llm_url") else ""
     print(f"\n{s['calls'] - s['calls_failed']}/{s['calls']} calls replayed, {s['answered_turns']}/{s['scored_turns']} "
-          f"turns answered ({s['mode']}, model {s['model']}, reasoning_effort {s['reasoning_effort']})")
+          f"turns answered ({s['mode']}, model {s['model']}{where}, reasoning_effort {s['reasoning_effort']})")
     print(f"e2e_ms   p50 {e2e['p50']}  p95 {e2e['p95']}  p99 {e2e['p99']}")
     print(f"ttfat_ms p50 {ttfat['p50']}  p95 {ttfat['p95']}  p99 {ttfat['p99']}")
     print(f"budget {s['budget_ms']:.0f} ms: pass rate {'-' if rate is None else f'{rate:.0%}'}; "

@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
+from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
+
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
-EFFORT_NAMES = ("instant", "low", "medium", "high")  # engine.EFFORTS; not imported to keep this light
 
 ToolHandler = Callable[[dict], dict]
 

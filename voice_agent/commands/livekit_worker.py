@@ -4,6 +4,7 @@ STT, hibari TTS, Silero VAD and LiveKit's turn detector pinned to its offline "v
 The agent is a scenario from prompts/ (default: the dental receptionist, whose tools run on the
 clinic's SQLite database). A job's dispatch metadata may set {"reasoning_effort": "..."} per call.
 
+With --llm-url the calls' turns go to an OpenAI-compatible server instead (no engine is loaded).
 Needs a reachable LiveKit server: without one it exits with an error message.
 """
 
@@ -14,7 +15,7 @@ import logging
 import os
 import sys
 
-EFFORTS = ("instant", "low", "medium", "high")
+from voice_agent.config import LLM_FLAGS, add_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,16 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=os.environ.get("LIVEKIT_API_KEY", ""), help="env LIVEKIT_API_KEY")
     parser.add_argument("--api-secret", default=os.environ.get("LIVEKIT_API_SECRET", ""),
                         help="env LIVEKIT_API_SECRET")
-    parser.add_argument("--scenario", default="dental_receptionist", help="a prompts/<name>.yaml scenario")
-    parser.add_argument("--reasoning-effort", choices=EFFORTS, default=None,
-                        help="default reasoning_effort for calls (default: the scenario's)")
-    parser.add_argument("--model", default="default", help="'default', 'smollm2-base' or a local HF model folder")
-    parser.add_argument("--stt-model", default="tiny.en", help="'tiny.en', 'base' or a CTranslate2 Whisper folder")
-    parser.add_argument("--db", default=None, help="clinic SQLite file (default: ~/.cache/voice-agent/clinic.sqlite)")
+    # engine threads keep this command's older flag name, --threads
+    add_flags(parser, ("scenario", *LLM_FLAGS, "stt_model", "db_path"), flags={"engine_threads": "--threads"})
     parser.add_argument("--agent-name", default=os.environ.get("LIVEKIT_AGENT_NAME", ""),
                         help="register for explicit dispatch under this name (SIP dispatch rules)")
     parser.add_argument("--max-calls", type=int, default=4, help="concurrent rooms this worker takes")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the engine")
     parser.add_argument("--http-port", type=int, default=8081, help="health-check port (0: any free port)")
     parser.add_argument("--max-retry", type=int, default=3, help="connection attempts before giving up")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -51,10 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.livekit.worker import WorkerConfig, WorkerError, run_worker
     from voice_agent.scenarios import ScenarioError
 
-    cfg = WorkerConfig(url=args.url, api_key=args.api_key, api_secret=args.api_secret, scenario=args.scenario,
-                       reasoning_effort=args.reasoning_effort, model=args.model, stt_model=args.stt_model,
-                       db_path=args.db, agent_name=args.agent_name, threads=args.threads,
-                       http_port=args.http_port, max_retry=args.max_retry, max_calls=args.max_calls)
+    cfg = WorkerConfig.from_args(args)
     try:
         run_worker(cfg)
     except (WorkerError, ScenarioError, FileNotFoundError) as e:

@@ -62,7 +62,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         observer = TurnLatencyObserver(on_turn=lambda tl: print(latency_line(tl), flush=True))
         transport = make_mic_transport(args.input_device, args.output_device)
         call = build_pipeline(transport, scenario, call_options(args), observers=[observer])
-        print(f"voice-agent mic: talking to {scenario.name} (model {call.options.model}) "
+        where = f" at {call.options.llm_url}" if call.options.remote else ""
+        print(f"voice-agent mic: talking to {scenario.name} (model {call.llm.brain.model_name}{where}) "
               "(Ctrl-C to stop)", flush=True)
         runner = WorkerRunner(handle_sigint=True)
         await runner.add_workers(call.task)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from voice_agent.config import LLM_FLAGS, add_flags
+
 DEFAULT_OUT = "replay_out"
 
 
@@ -24,10 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="*", metavar="INPUT", default=argparse.SUPPRESS,
                         help="audio files (WAV, FLAC, OGG/Opus, MP3) or folders of them (default: the shipped sample call)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for report.json, report.html and the calls")
-    parser.add_argument("--scenario", default="dental_receptionist", help="scenario name in prompts/ or a YAML path")
-    parser.add_argument("--reasoning-effort", choices=["instant", "low", "medium", "high"], default=None,
-                        help="override the scenario's reasoning_effort")
-    parser.add_argument("--model", default="default", help="engine model: 'default', 'smollm2-base' or a checkpoint folder")
+    add_flags(parser, ("scenario", *LLM_FLAGS, "smart_turn", "stt_model"))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--realtime", dest="fast", action="store_false", default=argparse.SUPPRESS,
                       help="feed caller audio at wall-clock rate: the honest latency mode, and the default")
@@ -42,15 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a failed check makes the exit status 1")
     parser.add_argument("--tail-s", type=float, default=20.0,
                         help="after the recording ends, wait at most this long for the bot to finish")
-    parser.add_argument("--smart-turn", action="store_true",
-                        help="end turns with Smart Turn v3 instead of VAD silence (the pipeline's option)")
-    parser.add_argument("--stt-model", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
     parser.add_argument("--decoding", choices=["diffusion", "ar"], default="diffusion",
                         help="ar: the same weights decoded autoregressively, to measure diffusion's share of the gain")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=None,
-                        help="engine precision (default: $VOICE_AGENT_PRECISION, else auto)")
-    parser.add_argument("--engine-threads", type=int, default=None,
-                        help="torch threads for the engine (default: torch's choice)")
     parser.add_argument("--link-audio", action="store_true",
                         help="link the call WAVs from report.html instead of embedding them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -59,11 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from voice_agent.replay import ReplayOptions, replay_main
 
-    opts = ReplayOptions(
-        scenario=args.scenario, reasoning_effort=args.reasoning_effort, model=args.model, fast=getattr(args, "fast", False),
-        caller_channel=args.caller_channel, budget_ms=args.budget_ms,
-        expect=Path(args.expect) if args.expect else None, tail_s=args.tail_s,
-        embed_audio=not args.link_audio, progress=not args.no_progress, smart_turn=args.smart_turn,
-        stt_model=args.stt_model, engine_threads=args.engine_threads, decoding=args.decoding,
-        precision=args.precision)
+    opts = ReplayOptions.from_args(
+        args, fast=getattr(args, "fast", False), expect=Path(args.expect) if args.expect else None,
+        embed_audio=not args.link_audio, progress=not args.no_progress)
     return replay_main([Path(p) for p in getattr(args, "inputs", [])], Path(args.out), opts)

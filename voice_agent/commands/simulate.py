@@ -20,25 +20,22 @@ import json
 import sys
 from pathlib import Path
 
-from voice_agent.scenarios import EFFORT_NAMES
+from voice_agent.config import add_flags
 
 DEFAULT_OUT = "simulate_out"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("calls", metavar="CALLS.yaml", help="the call file")
-    parser.add_argument("--reasoning-effort", choices=EFFORT_NAMES, default=None,
-                        help="override the scenario's reasoning_effort")
+    add_flags(parser, ("reasoning_effort",))
     parser.add_argument("--scenario", default=None, help="scenario name in prompts/ or a YAML path; overrides the call file's")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for simulate.json")
     parser.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
-    parser.add_argument("--model", default="default", help="engine model: 'default', 'smollm2-base' or a checkpoint folder")
-    parser.add_argument("--precision", default=None, choices=["auto", "fp32", "bf16"],
-                        help="engine precision (default: $VOICE_AGENT_PRECISION, else auto)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the engine")
+    # engine threads keep this command's older flag name, --threads
+    add_flags(parser, ("model", "precision", "engine_threads"), flags={"engine_threads": "--threads"})
     parser.add_argument("--adapter", default=None, metavar="FILE",
                         help="a LoRA adapter (.safetensors from `engine.train export`) instead of the shipped one")
-    parser.add_argument("--max-tokens", type=int, default=None, help="per LLM round (default: the live pipeline's)")
+    add_flags(parser, ("max_tokens", "temperature"))
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="seconds one caller turn may take")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -66,12 +63,10 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.simulate.runner import RunOptions
     from voice_agent.simulate.summary import table_text
 
-    load_kw = ({"threads": args.threads} | ({"precision": args.precision} if args.precision else {})
+    opts = RunOptions.from_args(args, turn_timeout_s=args.turn_timeout, scenario=scenario.name)
+    load_kw = ({"threads": opts.engine_threads} | ({"precision": opts.precision} if opts.precision else {})
                | ({"adapter": args.adapter} if args.adapter else {}))
-    engine = Engine.load(args.model, **load_kw)
-    opts = RunOptions(reasoning_effort=args.reasoning_effort, turn_timeout_s=args.turn_timeout)
-    if args.max_tokens:
-        opts.max_tokens = args.max_tokens
+    engine = Engine.load(opts.model, **load_kw)
     out = Path(args.out)
     summary = simulate(calls, scenario, engine, opts, out_dir=out, progress=not args.no_progress)
     print(table_text(summary))

@@ -1,4 +1,5 @@
-"""`EngineLLM`: a LiveKit Agents `llm.LLM` plugin backed by the in-process diffusion engine.
+"""`EngineLLM`: a LiveKit Agents `llm.LLM` plugin backed by the in-process diffusion engine (or,
+given a `RemoteBrain`, by an OpenAI-compatible server: `livekit-worker --llm-url`).
 
     from livekit.agents import AgentSession
     from voice_agent.livekit import EngineLLM
@@ -8,12 +9,14 @@
 What it does, per `chat()`:
 - converts the ChatContext (messages, function calls and their outputs) to OpenAI messages and
   the FunctionTools to OpenAI tool schemas, with livekit's own provider-format helpers;
-- runs the blocking `engine.stream()` in a worker thread and streams ANSWER text as
-  `ChatChunk(delta=ChoiceDelta(content=...))`. Reasoning is never put in `content` (it would be
+- runs the turn on the call's brain (voice_agent/brain: the engine in a worker thread, one
+  policy for barge-in, trimming and sessions, shared with the Pipecat service) and streams ANSWER
+  text as `ChatChunk(delta=ChoiceDelta(content=...))`. Reasoning is never put in `content` (it would be
   spoken); it is logged at DEBUG and reported in the `engine_metrics` event;
 - sends each tool call as a `FunctionToolCall`, then a last chunk carrying `CompletionUsage`;
-- keeps one engine `Session` per EngineLLM, so the turns of one call reuse the KV cache. Create
-  one EngineLLM per AgentSession (per room / call); they can share one `Engine`.
+- keeps one engine `Session` per EngineLLM, so the turns of one call reuse the KV cache (also
+  after a barge-in). Create one EngineLLM per AgentSession (per room / call); they can share one
+  `Engine`.
 
 Metrics: livekit's `LLMMetrics.ttft` (via `session.on("metrics_collected")`) is the time to the
 first chunk with content, which for us is the first ANSWER text, i.e. our `ttfat`. The engine's
@@ -23,37 +26,27 @@ tokens, tokens per forward) arrive as `EngineTurnMetrics` in `llm.on("engine_met
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from livekit.agents import APIStatusError, llm, utils
+from livekit.agents import APIConnectionError, APIStatusError, APITimeoutError, llm, utils
 from livekit.agents.llm import ToolChoice
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, NotGivenOr
 
-from engine import ChatResult, Engine, EngineInputError, Session, StreamEvent
+from voice_agent.brain import Brain, BrainError, TurnResult
+from voice_agent.brain.engine_bridge import EngineBrain
+from voice_agent.config import CallOptions
+from voice_agent.engine_host import shared_engine
 from voice_agent.services.speakable import SpeakableFilter
 
 logger = logging.getLogger("voice_agent.livekit.llm")
 
-DEFAULT_MAX_TOKENS = 256
+_DEFAULTS = CallOptions()
 TOOL_ERROR_RETRIES = 1  # a turn that produced only invalid tool calls is retried once, with the error
 ENGINE_KWARGS = ("reasoning_effort", "max_tokens", "temperature", "seed", "stop")  # extra_kwargs we accept
-
-_engines: dict[str, Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def shared_engine(name: str = "default", **load_kwargs: Any) -> Engine:
-    """One Engine per model name per process: every call and room shares its weights."""
-    with _engines_lock:
-        if name not in _engines:
-            _engines[name] = Engine.load(name, **load_kwargs)
-        return _engines[name]
+__all__ = ["EngineLLM", "EngineLLMStream", "EngineTurnMetrics", "shared_engine"]
 
 
 @dataclass
@@ -71,38 +64,46 @@ class EngineTurnMetrics:
 class EngineLLM(llm.LLM[Literal["engine_metrics"]]):
     def __init__(
         self,
-        engine: Engine | str = "default",
+        engine: Any = "default",
         *,
         reasoning_effort: str = "low",
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        temperature: float = 0.0,
+        max_tokens: int = _DEFAULTS.max_tokens,
+        temperature: float = _DEFAULTS.temperature,
         tool_choice: NotGivenOr[ToolChoice] = NOT_GIVEN,
-        session: Session | None = None,
+        session: Any = None,
     ) -> None:
-        """`engine`: an Engine, or a model name for `Engine.load` ("default", "smollm2-base", a folder).
-        `tool_choice` is the default for every turn (a `chat(tool_choice=...)` overrides it)."""
+        """`engine`: an Engine, a model name for `Engine.load` ("default", "smollm2-base", a folder),
+        or a Brain (`voice_agent.brain.make_brain`, e.g. a RemoteBrain on an OpenAI-compatible
+        server). `tool_choice` is the default for every turn (a `chat(tool_choice=...)` overrides it)."""
         super().__init__()
-        self._engine = engine if isinstance(engine, Engine) else shared_engine(str(engine))
+        if isinstance(engine, Brain):
+            self._brain: Brain = engine
+        else:
+            self._brain = EngineBrain(shared_engine(engine) if isinstance(engine, str) else engine, session)
         self._opts = {"reasoning_effort": reasoning_effort, "max_tokens": max_tokens, "temperature": temperature}
         self._tool_choice = tool_choice
-        self._session = session or self._engine.session()
 
     @property
     def model(self) -> str:
-        return self._engine.model_name
+        return self._brain.model_name
 
     @property
     def provider(self) -> str:
         return "voice-agent"
 
     @property
-    def engine(self) -> Engine:
-        return self._engine
+    def brain(self) -> Brain:
+        return self._brain
 
     @property
-    def session(self) -> Session:
-        """The engine session (KV cache) this LLM's turns share."""
-        return self._session
+    def engine(self) -> Any:
+        """The in-process engine (None when the brain is a remote server)."""
+        return getattr(self._brain, "engine", None)
+
+    @property
+    def session(self) -> Any:
+        """The engine session (KV cache) this LLM's turns share (None when remote)."""
+        return self._brain.session
 
     def chat(
         self,
@@ -133,7 +134,7 @@ class EngineLLMStream(llm.LLMStream):
         super().__init__(llm_, chat_ctx=chat_ctx, tools=tools, conn_options=conn_options)
         self._engine_llm = llm_
         self._engine_kwargs = engine_kwargs
-        self.result: ChatResult | None = None  # the last engine result, once the turn is done
+        self.result: TurnResult | None = None  # the last result, once the turn is done
 
     async def _run(self) -> None:
         request_id = utils.shortuuid("engine_")
@@ -168,83 +169,36 @@ class EngineLLMStream(llm.LLMStream):
             request_id=request_id, ttft=_seconds(m.get("ttft_ms")), ttfat=_seconds(m.get("ttfat_ms")),
             reasoning=result.reasoning, tool_errors=list(result.tool_errors), metrics=dict(m)))
 
-    async def _stream_turn(self, request_id: str, messages: list[dict], kwargs: dict) -> ChatResult:
-        """One engine turn; answer text goes out as chunks as soon as each block commits."""
-        while True:
-            speakable = SpeakableFilter()  # this plugin's text goes to a TTS: no markup
-            try:
-                async with contextlib.aclosing(_events_in_thread(self._engine_llm, messages, kwargs)) as events:
-                    async for ev in events:
-                        if ev.type == "answer" and ev.text and (text := speakable.feed(ev.text)):
-                            self._event_ch.send_nowait(llm.ChatChunk(
-                                id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
-                        elif ev.type == "reasoning":
-                            logger.debug("reasoning [%s]: %s", request_id, ev.text)
-                        elif ev.type == "done" and ev.result is not None:
-                            if ev.result.reasoning:
-                                logger.info("reasoning [%s] (not spoken): %s", request_id, ev.result.reasoning)
-                            return ev.result
-                raise RuntimeError("the engine stream ended without a result")
-            except EngineInputError as e:
-                shorter = _drop_oldest_turn(messages) if "context too long" in str(e) else None
-                if shorter is None:
-                    raise APIStatusError(f"engine rejected the request: {e}", status_code=400,
-                                         retryable=False) from None
-                logger.warning("context too long; dropping the oldest turn (%d -> %d messages)",
-                               len(messages), len(shorter))
-                messages = shorter
-
-
-async def _events_in_thread(llm_: EngineLLM, messages: list[dict], kwargs: dict) -> AsyncIterator[StreamEvent]:
-    """Iterate the blocking `engine.stream` in its own thread and hand its events to asyncio.
-
-    When the consumer stops early (barge-in, a cancelled preemptive generation), the thread stops
-    at the next committed block. The session's cache then holds a turn the session does not
-    record, so it is reset while the engine still holds the session lock."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
-    stop = threading.Event()
-    session = llm_.session
-
-    def put(item: StreamEvent | BaseException | None) -> None:
+    async def _stream_turn(self, request_id: str, messages: list[dict], kwargs: dict) -> TurnResult:
+        """One brain turn; answer text goes out as chunks as soon as each block commits."""
+        speakable = SpeakableFilter()  # this plugin's text goes to a TTS: no markup
         try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the loop closed under us (job shutdown): nobody is listening
-            pass
+            async with contextlib.aclosing(self._engine_llm.brain.turn(messages, **kwargs)) as events:
+                async for ev in events:
+                    if ev.type == "answer" and ev.text and (text := speakable.feed(ev.text)):
+                        self._event_ch.send_nowait(llm.ChatChunk(
+                            id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
+                    elif ev.type == "reasoning":
+                        logger.debug("reasoning [%s]: %s", request_id, ev.text)
+                    elif ev.type == "done" and ev.result is not None:
+                        if ev.result.reasoning:
+                            logger.info("reasoning [%s] (not spoken): %s", request_id, ev.result.reasoning)
+                        return ev.result
+        except BrainError as e:
+            raise livekit_error(e) from None
+        raise APIStatusError("the LLM stream ended without a result", retryable=False)
 
-    def work() -> None:
-        gen: Iterator[StreamEvent] | None = None
-        started = False
-        try:
-            gen = llm_.engine.stream(messages, session=session, **kwargs)
-            for ev in gen:
-                started = True
-                if stop.is_set():
-                    session.reset()  # safe: the generator is suspended inside the session lock
-                    break
-                put(ev)
-        except BaseException as e:  # noqa: BLE001 - handed to the event loop, which re-raises it
-            if started:
-                with session.lock:
-                    session.reset()  # a turn that failed half-way leaves an unknown cache
-            put(e)
-        finally:
-            if gen is not None:
-                gen.close()  # releases the session lock
-            put(None)
 
-    thread = threading.Thread(target=work, name="engine-stream", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = await queue.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
+def livekit_error(e: BrainError) -> Exception:
+    """A failed turn as the APIError livekit's LLMStream expects (it reports it and the session
+    goes on; a caller-side error is not retried)."""
+    if e.code == BrainError.UNREACHABLE:
+        return APIConnectionError(str(e), retryable=False)
+    if e.code == BrainError.TIMEOUT:
+        return APITimeoutError(str(e), retryable=False)
+    status = e.status or (400 if e.caller_fault else 500)
+    return APIStatusError(f"{'engine rejected the request' if e.caller_fault else 'LLM turn failed'}: {e}",
+                          status_code=status, retryable=False)
 
 
 def chat_ctx_to_messages(chat_ctx: llm.ChatContext) -> list[dict]:
@@ -277,18 +231,6 @@ def _text(content: Any) -> str:
         return content
     # a list of parts (images are dropped: the engine reads text only)
     return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-
-
-def _drop_oldest_turn(messages: list[dict]) -> list[dict] | None:
-    """Drop the oldest user turn (and the replies and tool results that belong to it), keeping
-    leading system messages. None when only the latest turn is left."""
-    head = 0
-    while head < len(messages) and messages[head]["role"] == "system":
-        head += 1
-    users = [i for i in range(head, len(messages)) if messages[i]["role"] == "user"]
-    if len(users) < 2:
-        return None
-    return messages[:head] + messages[users[1]:]
 
 
 def _seconds(ms: float | None) -> float | None:

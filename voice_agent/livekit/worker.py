@@ -15,6 +15,8 @@ Choices that matter here:
   livekit would pick its cloud model), VAD is the bundled Silero, and interruptions use VAD (the
   adaptive interruption detector is a cloud service).
 - Per call, the job's dispatch metadata may set `{"reasoning_effort": "instant|low|medium|high"}`.
+- With `llm_url` (`--llm-url`), every call's turns go to that OpenAI-compatible server (a
+  RemoteBrain per call) and no engine is loaded here.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from typing import Any
 from livekit.agents import AgentServer, AgentSession, JobContext, JobExecutorType, inference
 from livekit.plugins import silero
 
-from engine import EFFORTS, Engine
+from voice_agent.brain import make_brain
 from voice_agent.clinic_db import ClinicDB
+from voice_agent.config import EFFORT_NAMES, CallOptions
 from voice_agent.livekit.agent import ScenarioAgent
 from voice_agent.livekit.connect import LiveKitUnreachable, check_reachable, require
 from voice_agent.livekit.llm import EngineLLM, EngineTurnMetrics, shared_engine
@@ -48,18 +51,14 @@ class WorkerError(RuntimeError):
     """The worker cannot start or lost its server; the message says what to do."""
 
 
-@dataclass
-class WorkerConfig:
+@dataclass(kw_only=True)
+class WorkerConfig(CallOptions):
+    """The calls' knobs (CallOptions) and the worker's own."""
+
     url: str
     api_key: str
     api_secret: str
-    scenario: str = "dental_receptionist"
-    reasoning_effort: str | None = None  # None: the scenario's own
-    model: str = "default"
-    stt_model: str = "tiny.en"
-    db_path: str | None = None
     agent_name: str = ""  # set it for explicit dispatch (SIP dispatch rules name the agent)
-    threads: int | None = None  # torch threads for the engine
     http_port: int = 8081  # health check; 0 picks a free port
     max_retry: int = 3  # connection attempts before giving up with an error
     max_calls: int = 4  # concurrent rooms this process takes; they share the CPU-bound engine
@@ -68,7 +67,7 @@ class WorkerConfig:
 class CallFactory:
     """Builds one AgentSession + agent per room from components loaded once per process."""
 
-    def __init__(self, cfg: WorkerConfig, engine: Engine | None = None) -> None:
+    def __init__(self, cfg: WorkerConfig, engine: Any = None) -> None:
         self.cfg = cfg
         self.scenario: Scenario = load_scenario(cfg.scenario)
         self.effort = cfg.reasoning_effort or self.scenario.reasoning_effort
@@ -79,8 +78,10 @@ class CallFactory:
         """The heavy part: engine, Whisper, Hibari, Silero, the store. Idempotent."""
         if self._loaded:
             return
-        load_kwargs: dict[str, Any] = {"threads": self.cfg.threads} if self.cfg.threads else {}
-        self.engine = self._engine or shared_engine(self.cfg.model, **load_kwargs)
+        self.engine = None  # with llm_url, every call's turns go to that server
+        if not self.cfg.remote:
+            self.engine = self._engine or shared_engine(self.cfg.model, precision=self.cfg.precision,
+                                                        threads=self.cfg.engine_threads)
         self.vad = silero.VAD.load()
         self.db = ClinicDB(self.cfg.db_path)
         self.handlers = self.scenario.bind_handlers(self.db)
@@ -94,14 +95,15 @@ class CallFactory:
         except (ValueError, AttributeError):
             wanted = None
             logger.warning("job metadata is not a JSON object; ignoring it: %r", metadata[:200])
-        if wanted is not None and wanted not in EFFORTS:
+        if wanted is not None and wanted not in EFFORT_NAMES:
             logger.warning("job metadata asks for reasoning_effort %r; using %s", wanted, self.effort)
             wanted = None
         return wanted or self.effort
 
     def session(self, reasoning_effort: str | None = None) -> tuple[AgentSession, ScenarioAgent]:
         self.load()
-        llm = EngineLLM(self.engine, reasoning_effort=reasoning_effort or self.effort)
+        llm = EngineLLM(make_brain(self.cfg, engine=self.engine), reasoning_effort=reasoning_effort or self.effort,
+                        max_tokens=self.cfg.max_tokens, temperature=self.cfg.temperature)
         llm.on("engine_metrics", _log_turn)
         session = AgentSession(
             stt=WhisperSTT(self.cfg.stt_model),
@@ -188,7 +190,8 @@ def run_worker(cfg: WorkerConfig) -> None:
     except LiveKitUnreachable as e:
         raise WorkerError(str(e)) from None
     calls = CallFactory(cfg)
-    logger.info("loading models (engine %s, whisper %s, hibari, silero)", cfg.model, cfg.stt_model)
+    llm = f"LLM server {cfg.llm_url}" if cfg.remote else f"engine {cfg.model}"
+    logger.info("loading models (%s, whisper %s, hibari, silero)", llm, cfg.stt_model)
     calls.load()
     asyncio.run(serve(build_server(cfg, calls)))
 

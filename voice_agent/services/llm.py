@@ -1,8 +1,12 @@
-"""The engine as a Pipecat LLMService: in-process, streaming, one engine Session per call.
+"""The call's brain as a Pipecat LLMService: streaming, one brain (and engine Session) per call.
+
+The brain is the in-process engine (`EngineBrain`: `engine.stream()` in a worker thread, the KV
+cache kept between turns and on barge-in) or an OpenAI-compatible server (`RemoteBrain`, for
+`--llm-url`); voice_agent/brain owns streaming, cancellation, trimming and sessions for both.
 
 For every LLMContextFrame:
 - the context becomes OpenAI messages + tools (Pipecat's OpenAI adapter), then engine messages;
-- `engine.stream()` runs in a worker thread and feeds an asyncio queue;
+- `brain.turn()` streams reasoning/answer events;
 - ANSWER text goes out with `_push_llm_text()` (LLMTextFrame -> TTS). Reasoning text is only
   logged: it is never pushed, so it is never spoken;
 - tool calls become `FunctionCallFromLLM`s for `run_function_calls()`; the handlers registered
@@ -11,16 +15,16 @@ For every LLMContextFrame:
 - the engine's per-turn metrics (ttft_ms, ttfat_ms, prefill_ms, tokens_per_forward, ...) are kept
   in `last_metrics`, pushed downstream as an `EngineMetricsFrame`, and passed to the
   "on_engine_metrics" event; Pipecat's own TTFB/TTFAT/processing/usage metrics are emitted too;
-- an engine error costs one turn, not the call: a non-fatal ErrorFrame goes upstream and the
-  caller hears a short apology.
+- an LLM error (engine failure, server down or answering garbage) costs one turn, not the call:
+  a non-fatal ErrorFrame goes upstream and the caller hears a short apology.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,13 +51,16 @@ from pipecat.services.settings import LLMSettings
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
-from engine import EFFORTS, Engine, EngineInputError, Session
+from engine import EFFORTS
+from voice_agent.brain import Brain, BrainError, TurnResult
+from voice_agent.brain.engine_bridge import EngineBrain
+from voice_agent.config import CallOptions
 from voice_agent.services.speakable import SpeakableFilter
 
 ToolFn = Callable[[dict], dict | Awaitable[dict]]
 DEFAULT_APOLOGY = "Sorry, I had a problem there. Could you say that again?"
 DEFAULT_NO_ANSWER = "Sorry, could you say that again?"
-_DONE = object()
+_DEFAULTS = CallOptions()
 
 
 @dataclass
@@ -75,20 +82,22 @@ class EngineLLMService(LLMService):
     Settings = EngineLLMSettings
     _settings: EngineLLMSettings
 
-    def __init__(self, engine: Engine, *, session: Session | None = None, system_instruction: str | None = None,
-                 reasoning_effort: str = "low", max_tokens: int = 256, temperature: float = 0.0,
-                 tools: dict[str, ToolFn] | None = None, filler: str = "", filler_after_s: float = 0.4,
+    def __init__(self, engine: Any, *, session: Any = None, system_instruction: str | None = None,
+                 reasoning_effort: str = "low", max_tokens: int = _DEFAULTS.max_tokens,
+                 temperature: float = _DEFAULTS.temperature, tools: dict[str, ToolFn] | None = None,
+                 filler: str = "", filler_after_s: float = _DEFAULTS.filler_after_s,
                  apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
                  **kwargs: Any) -> None:
+        """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
+        with `session` or a fresh one)."""
         _check_effort(reasoning_effort)
+        self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
-            model=engine.model_name, system_instruction=system_instruction, temperature=temperature,
+            model=self.brain.model_name, system_instruction=system_instruction, temperature=temperature,
             max_tokens=max_tokens, top_p=None, top_k=None, frequency_penalty=None, presence_penalty=None,
             seed=None, filter_incomplete_user_turns=False, user_turn_completion_config=None,
             use_provider_thinking_default=False, reasoning_effort=reasoning_effort, extra={})
         super().__init__(settings=settings, **kwargs)
-        self._engine = engine
-        self.session = session if session is not None else engine.session()  # this call's KV cache
         self.filler, self.filler_after_s = filler, filler_after_s
         self.apology, self.no_answer = apology, no_answer
         self.max_tool_rounds = max_tool_rounds
@@ -99,6 +108,11 @@ class EngineLLMService(LLMService):
         self._register_event_handler("on_engine_metrics")
         for name, fn in (tools or {}).items():
             self.register_tool(name, fn)
+
+    @property
+    def session(self) -> Any:
+        """This call's engine session (KV cache); None when the brain is a remote server."""
+        return self.brain.session
 
     # -- settings ---------------------------------------------------------------------------
     @property
@@ -169,8 +183,10 @@ class EngineLLMService(LLMService):
             await self._generate(context)
         except Exception as e:
             # One failed turn: report it (non-fatal, the service stays usable) and apologise.
-            category = ErrorCategory.APPLICATION if isinstance(e, EngineInputError) else ErrorCategory.SERVER
-            await self.push_error(error_msg=f"engine turn failed: {e}", exception=e, category=category)
+            caller_fault = isinstance(e, BrainError) and e.caller_fault
+            category = ErrorCategory.APPLICATION if caller_fault else ErrorCategory.SERVER
+            where = "LLM server" if self.brain.session is None else "engine"
+            await self.push_error(error_msg=f"{where} turn failed: {e}", exception=e, category=category)
             if self.apology:
                 await self._push_llm_text(self.apology)
         finally:
@@ -180,17 +196,10 @@ class EngineLLMService(LLMService):
     async def _generate(self, context: LLMContext) -> None:
         messages, tools, tool_choice = await self._request(context)
         kwargs = dict(tools=tools, tool_choice=tool_choice, reasoning_effort=self.reasoning_effort,
-                      max_tokens=int(self._settings.max_tokens or 256),
-                      temperature=float(self._settings.temperature or 0.0), session=self.session)
+                      max_tokens=int(self._settings.max_tokens or _DEFAULTS.max_tokens),
+                      temperature=float(self._settings.temperature or 0.0))
         await self.start_ttfb_metrics()
-        try:
-            result, answered = await self._stream(messages, kwargs)
-        except EngineInputError as e:
-            shorter = _trim_history(messages)
-            if "context too long" not in str(e) or shorter is None:
-                raise
-            logger.warning(f"{self}: {e}; retrying with the oldest turns dropped")
-            result, answered = await self._stream(shorter, kwargs)
+        result, answered = await self._stream(messages, kwargs)
         await self._report(result)
         if result.tool_calls:
             await self.stop_ttfat_metrics()  # the call is what the caller gets from this turn
@@ -219,40 +228,13 @@ class EngineLLMService(LLMService):
                 choice = "none"  # stop a model that keeps calling tools instead of answering
         return messages, tools or None, (choice if tools else None)
 
-    async def _stream(self, messages: list[dict], kwargs: dict) -> tuple[Any, bool]:
-        """Run engine.stream in a thread; push answer text as it is committed."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
-
-        def put(item: object) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is gone (pipeline torn down): stop decoding
-                cancel.set()
-
-        def work() -> None:
-            try:
-                gen = self._engine.stream(messages, **kwargs)
-                try:
-                    for ev in gen:
-                        if cancel.is_set():  # barge-in: stop at the next committed block
-                            break
-                        put(ev)
-                finally:
-                    gen.close()  # releases the session lock
-            except BaseException as e:
-                put(e)
-            finally:
-                put(_DONE)
-
-        threading.Thread(target=work, name=f"{self}-engine", daemon=True).start()
-        result, answered, first, reasoning = None, False, True, []
+    async def _stream(self, messages: list[dict], kwargs: dict) -> tuple[TurnResult, bool]:
+        """One brain turn; answer text is pushed as it is committed. Cancelling the task (barge-in)
+        closes the stream, which stops the model at its next block."""
+        result, answered, first = None, False, True
         speakable = SpeakableFilter()
-        try:
-            while (item := await queue.get()) is not _DONE:
-                if isinstance(item, BaseException):
-                    raise item
+        async with contextlib.aclosing(self.brain.turn(messages, **kwargs)) as events:
+            async for item in events:
                 if item.type in ("reasoning", "answer") and first:
                     first = False
                     await self.stop_ttfb_metrics()
@@ -262,17 +244,13 @@ class EngineLLMService(LLMService):
                     if text.strip() or (answered and text):
                         answered = True
                         await self._push_llm_text(text)
-                elif item.type == "reasoning":
-                    reasoning.append(item.text)  # logged in _report, never pushed
                 elif item.type == "done":
-                    result = item.result
-        finally:
-            cancel.set()
+                    result = item.result  # reasoning is logged in _report, never pushed
         if result is None:
-            raise RuntimeError("the engine stream ended without a result")
+            raise BrainError(BrainError.BAD_RESPONSE, "the LLM stream ended without a result")
         return result, answered
 
-    async def _report(self, result: Any) -> None:
+    async def _report(self, result: TurnResult) -> None:
         m = dict(result.metrics)
         m["finish_reason"] = result.finish_reason
         m["tool_calls"] = [c["function"]["name"] for c in result.tool_calls]
@@ -353,15 +331,3 @@ def _tool_rounds_since_user(messages: list[dict]) -> int:
         if m["role"] == "assistant" and m.get("tool_calls"):
             n += 1
     return n
-
-
-def _trim_history(messages: list[dict]) -> list[dict] | None:
-    """Drop the oldest half of the conversation (system messages stay), starting at a user turn."""
-    system = [m for m in messages if m["role"] == "system"]
-    rest = [m for m in messages if m["role"] != "system"]
-    cut = rest[len(rest) // 2:]
-    while cut and cut[0]["role"] != "user":
-        cut = cut[1:]
-    if not cut or len(cut) == len(rest):
-        return None
-    return system + cut

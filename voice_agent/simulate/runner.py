@@ -7,7 +7,7 @@ Each call is a Pipecat pipeline of the live call's own pieces, minus the audio:
 
 built like `voice_agent/pipeline.py` builds them: the same EngineLLMService arguments (scenario
 system prompt for the file's today, tools bound to a fresh ClinicDB, filler and filler_after_s,
-reasoning_effort, max_tokens, with PipelineOptions' defaults), an LLMContext with the scenario's
+reasoning_effort, max_tokens, temperature: CallOptions fields), an LLMContext with the scenario's
 tools, an LLMContextAggregatorPair with the live turn strategies, and a PipelineWorker run by a
 WorkerRunner. The context starts with the scenario's greeting as the
 assistant's first message, as the live call's context does once the TTS has spoken it.
@@ -56,7 +56,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from voice_agent.clinic_db import ClinicDB
-from voice_agent.pipeline import PipelineOptions, _turn_strategies
+from voice_agent.config import CallOptions
+from voice_agent.pipeline import _turn_strategies
 from voice_agent.scenarios import Scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 from voice_agent.simulate.callfile import Call
@@ -65,11 +66,10 @@ from voice_agent.simulate.transcript import CallRecord, Reply, ToolCallRecord, T
 END_TIMEOUT_S = 30.0
 
 
-@dataclass
-class RunOptions:
-    reasoning_effort: str | None = None   # None: the scenario's
-    max_tokens: int = PipelineOptions.max_tokens
-    filler_after_s: float = PipelineOptions.filler_after_s
+@dataclass(kw_only=True)
+class RunOptions(CallOptions):
+    """The call's knobs (CallOptions: reasoning_effort, max_tokens, filler_after_s, ...) and the run's own."""
+
     turn_timeout_s: float = 300.0         # one caller turn, tool rounds included
 
 
@@ -194,12 +194,12 @@ async def _converse(call: Call, scenario: Scenario, engine: Any, db: ClinicDB, t
     llm = EngineLLMService(
         engine, system_instruction=scenario.system_prompt_for(today),
         reasoning_effort=opts.reasoning_effort or scenario.reasoning_effort, max_tokens=opts.max_tokens,
-        tools=scenario.bind_handlers(db), filler=scenario.filler, filler_after_s=opts.filler_after_s)
+        temperature=opts.temperature, tools=scenario.bind_handlers(db), filler=scenario.filler, filler_after_s=opts.filler_after_s)
     greeting = [{"role": "assistant", "content": scenario.greeting}] if scenario.greeting else []
     context = LLMContext(messages=greeting, tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext(greeting)
     # The live call's turn strategies; no VAD analyzer, as there is no audio.
     aggregators = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
-        user_turn_strategies=_turn_strategies(PipelineOptions())))
+        user_turn_strategies=_turn_strategies(opts)))
     collector = TurnCollector(scenario.filler, (llm.no_answer, llm.apology))
     worker = PipelineWorker(
         Pipeline([aggregators.user(), llm, collector, aggregators.assistant()]),

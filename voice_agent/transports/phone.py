@@ -31,10 +31,10 @@ from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPI
 from pipecat.workers.runner import WorkerRunner
 
 from voice_agent.pipeline import PipelineOptions, build_pipeline, phone_options
-from voice_agent.scenarios import Scenario
+from voice_agent.scenarios import EFFORT_NAMES, Scenario
 
 PROVIDERS = ("twilio", "telnyx")
-REASONING_EFFORTS = ("instant", "low", "medium", "high")
+REASONING_EFFORTS = EFFORT_NAMES
 HANDSHAKE_TIMEOUT_S = 10.0
 MAX_HANDSHAKE_MESSAGES = 50
 
@@ -146,6 +146,12 @@ class PhoneServer:
     calls_failed: int = 0
     last_call: Any = None  # the CallPipeline of the latest call (for tests and diagnostics)
 
+    @property
+    def model_name(self) -> str:
+        if self.engine is not None:
+            return self.engine.model_name
+        return self.options.llm_model or self.options.llm_url or "?"  # turns go to an LLM server
+
 
 def create_app(server: PhoneServer) -> FastAPI:
     if server.provider not in PROVIDERS:
@@ -156,7 +162,7 @@ def create_app(server: PhoneServer) -> FastAPI:
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "provider": server.provider, "scenario": server.scenario.name,
-                "model": server.engine.model_name, "active_calls": server.active_calls,
+                "model": server.model_name, "active_calls": server.active_calls,
                 "calls_total": server.calls_total, "calls_failed": server.calls_failed}
 
     @app.websocket("/ws")

@@ -1,0 +1,181 @@
+"""`--llm-url`: a call's turns on an OpenAI-compatible server (our own, started on 127.0.0.1), sent
+with the `openai` SDK by RemoteBrain, through the same Pipecat service and tool loop as the
+in-process engine.
+
+- answer text only is pushed (reasoning arrives as `reasoning_content` and is never spoken), and
+  the turn's TTFAT is measured from the stream; the call's second turn reuses its server session;
+- a tool call the server returns runs the registered tool and the model again;
+- a server that is down, or that answers garbage, fails that turn with a clear error, the caller
+  hears the apology, and the service stays usable;
+- end to end: the sample call replayed with `voice-agent replay --llm-url` answers every turn.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import threading
+
+import pytest
+import torch
+from pipecat.frames.frames import (
+    ErrorFrame,
+    Frame,
+    FunctionCallResultFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
+from pipecat.tests.utils import run_test
+
+from engine.server import ServerConfig, ServerThread, create_app, free_port
+from tests.test_llm_service import StopAfterResponses  # ends the pipeline after the n-th response
+from voice_agent.brain.remote import RemoteBrain, api_base
+from voice_agent.clinic_db import ClinicDB
+from voice_agent.clinic_words import parse_time
+from voice_agent.scenarios import load_scenario
+from voice_agent.services.llm import EngineLLMService, EngineMetricsFrame, tools_schema
+
+TODAY = dt.date(2026, 11, 30)
+SCENARIO = load_scenario("dental_receptionist")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 shared cores: the server's engine and the test share them
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def server(base_engine):
+    with ServerThread(create_app(base_engine, ServerConfig(model_id="smollm2-base", max_batch=2))) as srv:
+        yield srv
+
+
+def remote_llm(url: str, **kw) -> EngineLLMService:
+    kw.setdefault("system_instruction", SCENARIO.system_prompt_for(TODAY))
+    return EngineLLMService(RemoteBrain(url, timeout_s=120), **kw)
+
+
+def responses(frames: list[Frame]) -> list[str]:
+    out, cur = [], None
+    for f in frames:
+        if isinstance(f, LLMFullResponseStartFrame):
+            cur = []
+        elif isinstance(f, LLMTextFrame) and cur is not None:
+            cur.append(f.text)
+        elif isinstance(f, LLMFullResponseEndFrame):
+            out.append("".join(cur or []))
+    return out
+
+
+def test_llm_url_gets_v1_when_it_names_no_path():
+    assert api_base("http://10.0.0.5:8000") == "http://10.0.0.5:8000/v1"
+    assert api_base("http://10.0.0.5:8000/v1/") == "http://10.0.0.5:8000/v1"
+    assert api_base("https://llm.example/openai/v1") == "https://llm.example/openai/v1"
+    with pytest.raises(ValueError, match="--llm-url must be an http"):
+        api_base("10.0.0.5:8000")
+
+
+async def test_remote_turns_push_answer_text_only_with_ttfat_and_reuse_the_server_session(server):
+    llm = remote_llm(server.base_url, reasoning_effort="low", max_tokens=76)
+    first = LLMContext([{"role": "user", "content": "Hi! Are you open on Fridays?"}])
+    down, up = await run_test(llm, frames_to_send=[LLMContextFrame(first)])
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    spoken = responses(down)[0]
+    assert spoken.strip() and llm.last_reasoning, "the model reasons at low effort; the server streams it"
+    assert llm.last_reasoning not in spoken and llm.last_reasoning[:40] not in spoken
+    m = [f for f in down if isinstance(f, EngineMetricsFrame)][0].metrics
+    assert 0 < m["ttft_ms"] < m["ttfat_ms"] <= m["total_ms"]  # measured here, from the stream
+    assert m["server_ttfat_ms"] is not None and m["prefill_ms"] is not None  # the server's own numbers
+    assert m["reasoning_tokens"] > 0 and m["prompt_tokens"] > 0 and m["llm_url"] == server.base_url + "/v1"
+
+    second = LLMContext([*first.get_messages(), {"role": "assistant", "content": spoken},
+                         {"role": "user", "content": "And on Saturdays?"}])
+    await run_test(llm, frames_to_send=[LLMContextFrame(second)])
+    assert llm.last_metrics["cached_tokens"] > 0.8 * m["prompt_tokens"]  # the call's X-Session-Id kept its cache
+
+
+async def test_a_tool_call_from_the_server_runs_the_tool_and_the_model_again(server, tmp_path):
+    db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
+    day = "2026-12-02"
+    t = db.find_free_slots({"date": day})["free_times"][0]
+    llm = remote_llm(server.base_url, reasoning_effort="instant", max_tokens=64, tools=SCENARIO.bind_handlers(db),
+                     filler=SCENARIO.filler)
+    call = {"name": "book_appointment", "arguments": {"patient_name": "John Smith", "date": day, "time": t}}
+    # The base model is weak at tools but copies text faithfully: have it emit a real tool call.
+    ctx = LLMContext(
+        [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n<tool_call>\n{json.dumps(call)}\n</tool_call>"}],
+        tools=tools_schema(SCENARIO.tools))
+    tap = StopAfterResponses(2)
+    _, up = await run_test(Pipeline([llm, tap, LLMAssistantAggregator(ctx)]),
+                           frames_to_send=[LLMContextFrame(ctx)], send_end_frame=False)
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    assert llm.turn_metrics[0]["tool_calls"] == ["book_appointment"], llm.turn_metrics
+    booked = [a for a in db.appointments("John Smith") if (a["date"], a["time"]) == (day, parse_time(t))]
+    assert len(booked) == 1
+    assert [f.result["booked"] for f in tap.frames if isinstance(f, FunctionCallResultFrame)] == [True]
+    assert len(llm.turn_metrics) == 2  # the result went back to the server for the answer
+
+
+async def test_an_unreachable_server_fails_each_turn_clearly_and_the_call_goes_on():
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    llm = remote_llm(url)
+    ctx = LLMContext([{"role": "user", "content": "Hello?"}])
+    down, up = await run_test(llm, frames_to_send=[LLMContextFrame(ctx), LLMContextFrame(ctx)])
+    errors = [f for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 2 and not any(e.fatal for e in errors) and llm.is_usable
+    for e in errors:
+        assert f"cannot reach the LLM server at {url}/v1" in e.error and "[llm_unreachable]" in e.error
+    assert responses(down) == [llm.apology, llm.apology]
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    """Answers every request with 200 and something that is not a chat completion stream."""
+
+    bodies = [("text/html", b"<html><body>502 Bad Gateway</body></html>"),
+              ("text/event-stream", b"data: this is not json\n\n")]
+
+    def do_GET(self) -> None:  # /v1/models
+        self._send("application/json", json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        kind, body = self.bodies[self.server.n % len(self.bodies)]
+        self.server.n += 1
+        self._send(kind, body)
+
+    def _send(self, kind: str, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+async def test_a_server_answering_garbage_fails_the_turn_clearly_and_the_call_goes_on():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    httpd.n = 0
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        llm = remote_llm(f"http://127.0.0.1:{httpd.server_port}")
+        ctx = LLMContext([{"role": "user", "content": "Hello?"}])
+        down, up = await run_test(llm, frames_to_send=[LLMContextFrame(ctx), LLMContextFrame(ctx)])
+    finally:
+        httpd.shutdown()
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert len(errors) == 2 and llm.is_usable, errors
+    assert all("[llm_bad_response]" in e for e in errors), errors
+    assert "stream ended before the answer was finished" in errors[0]  # the HTML page: no chunk at all
+    assert "not a chat completion stream" in errors[1]                  # an event that is not JSON
+    assert responses(down) == [llm.apology, llm.apology]

@@ -1,0 +1,69 @@
+"""`Brain`: the LLM behind one call, whichever framework drives it (Pipecat's EngineLLMService,
+LiveKit's EngineLLM) and wherever the model runs.
+
+    async with contextlib.aclosing(brain.turn(messages, tools=..., reasoning_effort="low")) as events:
+        async for ev in events:      # "reasoning" / "answer" text as it is decided, then "done"
+            ...
+
+One policy for every framework:
+- leaving the loop early (barge-in, a cancelled task) stops the model at its next committed block
+  and keeps the call's KV cache: the engine records what the cache really holds, and the next
+  turn reuses its longest matching prefix exactly;
+- a history too long for the context is trimmed by the one rule in `trim.py`, once per turn, and
+  the cut is kept for the turns after it;
+- a failed turn raises `BrainError` (with a code); the brain stays usable for the next turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from typing import Any
+
+from loguru import logger
+
+from voice_agent.brain.trim import HistoryTrimmer
+from voice_agent.brain.types import BrainError, TurnEvent
+
+TURN_PARAMS = ("tools", "tool_choice", "reasoning_effort", "max_tokens", "temperature", "seed", "stop")
+
+
+class Brain(ABC):
+    session: Any = None  # the in-process engine's Session (this call's KV cache); None when remote
+
+    def __init__(self) -> None:
+        self.trimmer = HistoryTrimmer()
+
+    @property
+    @abstractmethod
+    def model_name(self) -> str: ...
+
+    async def turn(self, messages: list[dict], **params: Any) -> AsyncIterator[TurnEvent]:
+        """One LLM round over OpenAI-shaped `messages`; `params` are TURN_PARAMS."""
+        unknown = set(params) - set(TURN_PARAMS)
+        if unknown:
+            raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
+        msgs = self.trimmer.apply(messages)
+        while True:
+            started = False
+            try:
+                async with contextlib.aclosing(self._attempt(msgs, params)) as events:
+                    async for ev in events:
+                        started = True
+                        yield ev
+                return
+            except BrainError as e:
+                shorter = self.trimmer.shorter(msgs) if e.code == BrainError.CONTEXT_TOO_LONG and not started else None
+                if shorter is None:
+                    raise
+                logger.warning(f"{self.model_name}: {e.message}; dropping the oldest turn "
+                               f"({len(msgs)} -> {len(shorter)} messages)")
+                msgs = shorter
+
+    @abstractmethod
+    def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
+        """One request as given; raises BrainError."""
+
+    async def aclose(self) -> None:  # noqa: B027 - most brains hold nothing to release
+        """Release what the brain holds (connections)."""
