@@ -16,6 +16,7 @@ import datetime as dt
 import http.server
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -179,3 +180,60 @@ async def test_a_server_answering_garbage_fails_the_turn_clearly_and_the_call_go
     assert "stream ended before the answer was finished" in errors[0]  # the HTML page: no chunk at all
     assert "not a chat completion stream" in errors[1]                  # an event that is not JSON
     assert responses(down) == [llm.apology, llm.apology]
+
+
+# -- end to end: `voice-agent replay --llm-url` ----------------------------------------------------
+@pytest.fixture(scope="module")
+def spaced_sample_call(tmp_path_factory) -> Path:
+    """The sample call's caller, with the sample's own voice and seeds, and room to answer every
+    line on a busy CPU: 25 s after each line (--fast skips the idle part), and its third line
+    ("Ten in the morning works, and my name is Jordan Lee.") said as two, since the VAD cuts it
+    at the comma and the second half would barge in on the answer to the first."""
+    from voice_agent.audio_io import write_wav
+    from voice_agent.make_sample import DB, RATE, SCRIPT, TODAY, synthesize
+
+    third = "Ten in the morning works, and my name is Jordan Lee."
+    lines = [t for t, _ in SCRIPT]
+    assert third in lines  # the sample's script, as make_sample has it
+    i = lines.index(third)
+    lines[i:i + 1] = ["Ten in the morning works.", "My name is Jordan Lee."]
+    audio, _ = synthesize([(t, 25.0) for t in lines])
+    folder = tmp_path_factory.mktemp("call")
+    write_wav(folder / "sample_spaced.wav", audio, RATE)
+    (folder / "sample_spaced.json").write_text(json.dumps({"today": TODAY, "db": DB, "script": lines}))
+    return folder / "sample_spaced.wav"
+
+
+@pytest.mark.slow
+def test_replay_through_llm_url_answers_every_caller_turn_with_ttfat(server, spaced_sample_call, tmp_path, monkeypatch):
+    from engine import Engine
+    from voice_agent.cli import main as cli_main
+    from voice_agent.latency.report import validate
+
+    def no_engine(*_a, **_k):
+        raise AssertionError("replay --llm-url must not load an engine")
+
+    monkeypatch.setattr(Engine, "load", no_engine)
+    out = tmp_path / "replay"
+    code = cli_main(["replay", str(spaced_sample_call), "--llm-url", server.base_url, "--fast", "--no-progress",
+                     "--out", str(out), "--reasoning-effort", "instant", "--max-tokens", "48", "--tail-s", "40"])
+    report = json.loads((out / "report.json").read_text())
+    validate(report)
+    s = report["summary"]
+    assert code == 0 and s["calls_failed"] == 0, report["calls"][0].get("error")
+    assert s["llm_url"] == server.base_url and s["model"] == base_model_name(server)
+    turns = report["calls"][0]["turns"]
+    assert len(turns) == 5, [t["user_text"] for t in turns]
+    for t in turns:
+        assert t["user_text"].strip() and t["answered"] and t["bot_text"].strip(), t
+        assert t["ttfat_ms"] is not None and t["ttfat_ms"] > 0, t
+        assert t["engine"] and t["engine"][0]["llm_url"] == server.base_url + "/v1"
+    assert s["ttfat_ms"]["n"] == 5 and s["answered_turns"] == 5
+    # Every turn after the first reused the call's session on the server.
+    assert all(t["cached_tokens"] > 0 for t in turns[1:])
+
+
+def base_model_name(server) -> str:
+    import httpx
+
+    return httpx.get(server.base_url + "/v1/models", timeout=10).json()["data"][0]["root"]
