@@ -237,3 +237,20 @@ def base_model_name(server) -> str:
     import httpx
 
     return httpx.get(server.base_url + "/v1/models", timeout=10).json()["data"][0]["root"]
+
+
+async def test_the_livekit_plugin_runs_a_turn_on_the_server(server):
+    from livekit.agents import Agent, AgentSession
+
+    from voice_agent.livekit import EngineLLM
+
+    lm = EngineLLM(RemoteBrain(server.base_url, timeout_s=120), reasoning_effort="instant", max_tokens=16)
+    ours = []
+    lm.on("engine_metrics", ours.append)
+    async with AgentSession(llm=lm) as session:
+        await session.start(Agent(instructions="You are a friendly dental receptionist. Answer in one sentence."))
+        result = await session.run(user_input="Hello, are you open on Mondays?")
+        msg = result.expect.next_event().is_message(role="assistant").event().item
+        assert msg.text_content and msg.text_content.strip()
+    assert ours and ours[0].ttfat is not None and ours[0].metrics["llm_url"] == server.base_url + "/v1"
+    assert lm.session is None and lm.model == "smollm2-base"  # the server's first model, asked once
