@@ -45,17 +45,26 @@ class RemoteBrain(Brain):
     def __init__(self, url: str, model: str | None = None, *, api_key: str | None = None,
                  timeout_s: float = 30.0, session_id: str | None = None) -> None:
         super().__init__()
-        import httpx
-        from openai import AsyncOpenAI
-
         self.base_url = api_base(url)
         self._model = model
+        self._api_key = api_key or os.environ.get(API_KEY_ENV) or "none"
+        self._timeout_s = timeout_s
         self.session_id = session_id or f"call-{uuid.uuid4().hex[:16]}"
         self._send_effort = True  # cleared when the server rejects reasoning_effort (vLLM knows fewer names)
-        self.client = AsyncOpenAI(
-            base_url=self.base_url, api_key=api_key or os.environ.get(API_KEY_ENV) or "none",
-            max_retries=0,  # a caller is waiting: fail this turn now rather than back off and retry
-            timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)))
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The call's AsyncOpenAI client, opened on first use (and again after `aclose`)."""
+        if self._client is None or self._client.is_closed():
+            import httpx
+            from openai import AsyncOpenAI
+
+            self._client = AsyncOpenAI(
+                base_url=self.base_url, api_key=self._api_key,
+                max_retries=0,  # a caller is waiting: fail this turn now rather than back off and retry
+                timeout=httpx.Timeout(self._timeout_s, connect=min(CONNECT_TIMEOUT_S, self._timeout_s)))
+        return self._client
 
     @property
     def model_name(self) -> str:
@@ -119,7 +128,8 @@ class RemoteBrain(Brain):
         return req
 
     async def aclose(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 class _Accumulator:

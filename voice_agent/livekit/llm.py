@@ -105,6 +105,10 @@ class EngineLLM(llm.LLM[Literal["engine_metrics"]]):
         """The engine session (KV cache) this LLM's turns share (None when remote)."""
         return self._brain.session
 
+    async def aclose(self) -> None:
+        await self._brain.aclose()  # a remote brain's connections
+        await super().aclose()
+
     def chat(
         self,
         *,

@@ -135,6 +135,10 @@ class EngineLLMService(LLMService):
     def can_generate_metrics(self) -> bool:
         return True
 
+    async def cleanup(self) -> None:
+        await super().cleanup()
+        await self.brain.aclose()  # the call is over: a remote brain's connections go
+
     # -- tools ------------------------------------------------------------------------------
     def register_tool(self, name: str, fn: ToolFn) -> None:
         """Register a plain tool function (arguments dict -> JSON-able dict) with Pipecat's

@@ -30,7 +30,8 @@ from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
 from pipecat.workers.runner import WorkerRunner
 
-from voice_agent.pipeline import PipelineOptions, build_pipeline, phone_options
+from voice_agent.config import CallOptions
+from voice_agent.pipeline import build_pipeline, phone_options
 from voice_agent.scenarios import EFFORT_NAMES, Scenario
 
 PROVIDERS = ("twilio", "telnyx")
@@ -138,7 +139,7 @@ class PhoneServer:
 
     engine: Any
     scenario: Scenario
-    options: PipelineOptions
+    options: CallOptions
     provider: str = "twilio"
     observers_factory: Any = None  # () -> list of observers for a new call (tests, reports)
     active_calls: int = 0
@@ -186,7 +187,7 @@ def create_app(server: PhoneServer) -> FastAPI:
     return app
 
 
-def call_options(options: PipelineOptions, start: CallStart) -> PipelineOptions:
+def call_options(options: CallOptions, start: CallStart) -> CallOptions:
     """This call's options: 8 kHz output, and a per-call reasoning_effort when the stream carries
     one (Twilio: <Parameter name="reasoning_effort" value="high"/>)."""
     options = phone_options(options)

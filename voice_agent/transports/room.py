@@ -16,7 +16,8 @@ from loguru import logger
 from pipecat.transports.livekit.transport import LiveKitParams, LiveKitTransport
 from pipecat.workers.runner import WorkerRunner
 
-from voice_agent.pipeline import PipelineOptions, build_pipeline
+from voice_agent.config import CallOptions
+from voice_agent.pipeline import build_pipeline
 from voice_agent.scenarios import Scenario
 
 
@@ -57,7 +58,7 @@ def make_room_transport(url: str, token: str, room_name: str | None = None) -> L
     return LiveKitTransport(url=url, token=token, room_name=room, params=params)
 
 
-async def run_room_call(url: str, token: str, scenario: Scenario | str, options: PipelineOptions,
+async def run_room_call(url: str, token: str, scenario: Scenario | str, options: CallOptions,
                         *, room_name: str | None = None, engine: Any = None) -> None:
     """Join the room and run the call until it ends. Raises RoomJoinError when the transport
     cannot join the room (bad token, not a LiveKit server...)."""
