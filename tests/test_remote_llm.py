@@ -254,3 +254,47 @@ async def test_the_livekit_plugin_runs_a_turn_on_the_server(server):
         assert msg.text_content and msg.text_content.strip()
     assert ours and ours[0].ttfat is not None and ours[0].metrics["llm_url"] == server.base_url + "/v1"
     assert lm.session is None and lm.model == "smollm2-base"  # the server's first model, asked once
+
+
+class _NoInstant(http.server.BaseHTTPRequestHandler):
+    """A server that knows OpenAI's effort names only (as vLLM): 400 for 'instant', else one
+    streamed answer in the chat.completion.chunk shape."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.server.bodies.append(body)
+        if body.get("reasoning_effort") not in (None, "low", "medium", "high"):
+            err = {"error": {"message": "reasoning_effort: Input should be 'low', 'medium' or 'high'",
+                             "type": "BadRequestError", "param": None, "code": 400}}
+            return self._send(400, "application/json", json.dumps(err).encode())
+        chunks = [{"delta": {"role": "assistant", "content": "We open at nine."}, "finish_reason": None},
+                  {"delta": {}, "finish_reason": "stop"}]
+        sse = "".join(f"data: {json.dumps({'id': 'x', 'object': 'chat.completion.chunk', 'created': 0, 'model': 'm', 'choices': [dict(c, index=0)]})}\n\n"
+                      for c in chunks) + "data: [DONE]\n\n"
+        self._send(200, "text/event-stream", sse.encode())
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+async def test_a_server_that_rejects_our_effort_names_gets_none_and_still_answers():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoInstant)
+    httpd.bodies = []
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        brain = RemoteBrain(f"http://127.0.0.1:{httpd.server_port}", "m")
+        for _ in range(2):
+            events = [ev async for ev in brain.turn([{"role": "user", "content": "When do you open?"}],
+                                                     reasoning_effort="instant", max_tokens=16)]
+            assert events[-1].result.text == "We open at nine." and events[-1].result.metrics["ttfat_ms"] > 0
+    finally:
+        httpd.shutdown()
+    # Asked once with 'instant', refused, then never again in this call.
+    assert [b.get("reasoning_effort") for b in httpd.bodies[:3]] == ["instant", None, None]

@@ -26,6 +26,7 @@ from loguru import logger
 
 from voice_agent.brain.base import Brain
 from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
+from voice_agent.config import EFFORT_NAMES
 
 API_KEY_ENV = "VOICE_AGENT_API_KEY"
 CONNECT_TIMEOUT_S = 5.0
@@ -90,7 +91,8 @@ class RemoteBrain(Brain):
                 break
             except Exception as e:
                 err = api_error(e, self.base_url)
-                if self._send_effort and err.caller_fault and "reasoning_effort" in err.message:
+                if (self._send_effort and err.caller_fault and "reasoning_effort" in err.message
+                        and params.get("reasoning_effort") in EFFORT_NAMES):  # one of ours the server does not know
                     logger.warning(f"{self.base_url} rejects reasoning_effort ({err.message}); sending none from now on")
                     self._send_effort = False
                     continue
