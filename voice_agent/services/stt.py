@@ -18,6 +18,7 @@ import os
 import shutil
 import threading
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,20 @@ from pipecat.services.whisper.stt import WhisperSTTService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
+from voice_agent.services.whisper_window import (
+    DEFAULT_SHORT_WINDOW,
+    FULL_WINDOW_FRAMES,
+    ShortWindow,
+    transcribe_short,
+)
+
 CACHE_DIR = Path(os.environ.get("VOICE_AGENT_CACHE", Path.home() / ".cache" / "voice-agent"))
 WHISPER_RATE = 16000
 STT_MODELS = ("tiny.en", "base")
+# "short": the encoder window sized to the utterance (whisper_window.py); "30s": faster-whisper's own.
+STT_WINDOWS = ("short", "30s")
+DEFAULT_WINDOW = "short"
+NO_SPEECH_PROB = 0.6  # a segment Whisper thinks this likely to be silence is dropped
 _assemble_lock = threading.Lock()
 
 
@@ -95,12 +107,42 @@ def _load_whisper(model_dir: str, cpu_threads: int) -> WhisperModel:
     return WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=cpu_threads)
 
 
-def transcribe(model: WhisperModel, audio: np.ndarray, beam_size: int = 1) -> str:
-    """Blocking transcription of float32 16 kHz audio; greedy (beam 1) for latency."""
+def transcribe_full(model: WhisperModel, audio: np.ndarray, beam_size: int = 1) -> str:
+    """Blocking transcription on faster-whisper's 30 s window; greedy (beam 1) for latency."""
     segments, _ = model.transcribe(
         audio, language="en", beam_size=beam_size, condition_on_previous_text=False,
         without_timestamps=True, vad_filter=False)
-    return " ".join(s.text.strip() for s in segments if s.no_speech_prob < 0.6).strip()
+    return " ".join(s.text.strip() for s in segments if s.no_speech_prob < NO_SPEECH_PROB).strip()
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    window: str                  # the window that produced `text`: "short" or "30s"
+    fallback: str | None = None  # why the short window's transcript was not used ("cap", "repeat")
+
+
+def transcribe_detailed(model: WhisperModel, audio: np.ndarray, beam_size: int = 1,
+                        window: str = DEFAULT_WINDOW, short_window: ShortWindow = DEFAULT_SHORT_WINDOW) -> Transcript:
+    """Blocking transcription of float32 16 kHz audio. `window="short"` sizes the encoder input to
+    the utterance (`whisper_window`) and falls back to the 30 s window when its stop rules fired."""
+    if window not in STT_WINDOWS:
+        raise ValueError(f"STT window {window!r}: expected one of {', '.join(STT_WINDOWS)}")
+    audio = np.nan_to_num(np.asarray(audio, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    if not audio.any():
+        return Transcript("", window)  # nothing but silence (or nothing at all): nothing was said
+    if window == "30s" or len(audio) > FULL_WINDOW_FRAMES * 160:  # over 30 s: faster-whisper seeks
+        return Transcript(transcribe_full(model, audio, beam_size), "30s")
+    short = transcribe_short(model, audio, beam_size, short_window)
+    if short.stop != "eot":
+        logger.debug(f"short STT window stopped on {short.stop} ({short.text!r}); using the 30 s window")
+        return Transcript(transcribe_full(model, audio, beam_size), "30s", fallback=short.stop)
+    return Transcript("" if short.no_speech_prob >= NO_SPEECH_PROB else short.text, "short")
+
+
+def transcribe(model: WhisperModel, audio: np.ndarray, beam_size: int = 1, window: str = DEFAULT_WINDOW) -> str:
+    """Blocking transcription of float32 16 kHz audio (see `transcribe_detailed`)."""
+    return transcribe_detailed(model, audio, beam_size, window).text
 
 
 class LocalWhisperSTTService(WhisperSTTService):
