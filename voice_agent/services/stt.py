@@ -24,11 +24,19 @@ from pathlib import Path
 import numpy as np
 from faster_whisper import WhisperModel
 from loguru import logger
-from pipecat.frames.frames import ErrorFrame, Frame, TranscriptionFrame
+from pipecat.frames.frames import (
+    ErrorFrame,
+    Frame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.whisper.stt import WhisperSTTService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
+from voice_agent.services.early_stt import EarlyPasses, STTStats
 from voice_agent.services.whisper_window import (
     DEFAULT_SHORT_WINDOW,
     FULL_WINDOW_FRAMES,
@@ -148,14 +156,27 @@ def transcribe(model: WhisperModel, audio: np.ndarray, beam_size: int = 1, windo
 class LocalWhisperSTTService(WhisperSTTService):
     """WhisperSTTService that loads a local folder with our settings (int8, beam 1, 2 threads),
     resamples to 16 kHz whatever the pipeline's input rate, and never lets one bad segment end
-    the call."""
+    the call.
+
+    `window`: "short" (the encoder window sized to the segment) or "30s". `early=True`: the VAD
+    (a `PauseAwareSileroVAD` this service listens to) says when a pause begins, and the segment is
+    transcribed during the VAD's stop wait (`early_stt.EarlyPasses`). `stats` counts what happened.
+    """
 
     def __init__(self, *, stt_model: str = "tiny.en", cpu_threads: int = 2, beam_size: int = 1,
-                 no_speech_prob: float = 0.6, **kwargs) -> None:
+                 no_speech_prob: float = NO_SPEECH_PROB, window: str = DEFAULT_WINDOW, early: bool = True,
+                 **kwargs) -> None:
+        if window not in STT_WINDOWS:
+            raise ValueError(f"STT window {window!r}: expected one of {', '.join(STT_WINDOWS)}")
         self._model_dir = whisper_model_path(stt_model)
         self._cpu_threads = cpu_threads
         self._beam_size = beam_size
+        self._window = window
+        self._early_on = early
         self.last_stt_ms: float | None = None
+        self.stats = STTStats()
+        self._early = EarlyPasses(self._transcribe_pcm, self.stats)
+        self._in_segment = False
         kwargs.setdefault("ttfs_p99_latency", 1.0)
         super().__init__(
             settings=WhisperSTTService.Settings(model=str(self._model_dir), language=Language.EN,
@@ -165,26 +186,67 @@ class LocalWhisperSTTService(WhisperSTTService):
     def _load(self) -> None:
         self._model = load_whisper(str(self._model_dir), self._cpu_threads)
 
+    # -- early transcription, driven by the VAD analyzer (PauseListener) -------------------------
+    def on_vad_pause(self) -> None:
+        """First silent frame: transcribe what the segment holds now. Pipecat's SegmentedSTTService
+        keeps the segment in `_audio_buffer` and pads it with `_trailing_silence()` (1.14)."""
+        if self._early_on and self._in_segment:
+            snapshot = bytes(self._audio_buffer)
+            self._early.start(snapshot, snapshot + self._trailing_silence())
+
+    def on_vad_resume(self) -> None:
+        self._early.resumed()
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            self._in_segment = True
+            self._early.resumed()  # a pass still pending heard a pause the VAD did not confirm
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._in_segment = False
+            self._early.confirmed()  # before the base class queues this segment
+        await super().process_frame(frame, direction)
+
+    # -- transcription ---------------------------------------------------------------------------
+    def _transcribe_pcm(self, audio: bytes) -> Transcript:
+        """Blocking: one segment of 16-bit PCM at the pipeline's input rate."""
+        pcm = np.frombuffer(audio[: len(audio) // 2 * 2], dtype=np.int16).astype(np.float32) / 32768.0
+        if self.sample_rate and self.sample_rate != WHISPER_RATE:
+            pcm = _resample(pcm, self.sample_rate, WHISPER_RATE)
+        return transcribe_detailed(self._model, pcm, self._beam_size, self._window)
+
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
         if not audio:
             return
         try:
-            pcm = np.frombuffer(audio[: len(audio) // 2 * 2], dtype=np.int16).astype(np.float32) / 32768.0
-            if self.sample_rate and self.sample_rate != WHISPER_RATE:
-                pcm = _resample(pcm, self.sample_rate, WHISPER_RATE)
             await self.start_processing_metrics()
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            text = await asyncio.to_thread(transcribe, self._model, pcm, self._beam_size)
+            result = await self._early_result(audio)
+            if result is None:
+                result = await asyncio.to_thread(self._transcribe_pcm, audio)
             self.last_stt_ms = (loop.time() - t0) * 1000
             await self.stop_processing_metrics()
         except Exception as e:  # a corrupt segment or a model error costs this utterance, not the call
             logger.exception("transcription failed")
             yield ErrorFrame(error=f"transcription failed: {e}")
             return
-        if text:
-            logger.debug(f"transcript ({self.last_stt_ms:.0f} ms): {text}")
-            yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+        self.stats.segments += 1
+        self.stats.short_fallbacks += result.fallback is not None
+        if result.text:
+            logger.debug(f"transcript ({self.last_stt_ms:.0f} ms, {result.window} window): {result.text}")
+            yield TranscriptionFrame(result.text, self._user_id, time_now_iso8601(), Language.EN)
+
+    async def _early_result(self, segment: bytes) -> Transcript | None:
+        early = self._early.take(segment)
+        if early is None:
+            return None
+        try:
+            result = await early.future
+        except Exception:  # the early pass failed: transcribe the segment itself
+            logger.exception("early transcription failed")
+            return None
+        self.stats.early_used += 1
+        return result
 
 
 def _resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
