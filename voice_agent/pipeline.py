@@ -41,6 +41,7 @@ from voice_agent.scenarios import Scenario, load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 from voice_agent.services.stt import LocalWhisperSTTService
 from voice_agent.services.tts import make_tts
+from voice_agent.services.turn_stop import HoldOnSpeechStopStrategy
 from voice_agent.services.vad import PauseAwareSileroVAD
 
 
@@ -59,6 +60,7 @@ class PipelineOptions:
     # ~650 ms after the caller's speech onset on the phone test; 0.4 brought it to ~280 ms.
     vad_min_volume: float = 0.4
     user_speech_timeout: float = 0.2       # after VAD stop, wait this long for more speech
+    hold_on_speech: bool = True            # ... and longer while the VAD hears speech not yet confirmed
     allow_interruptions: bool = True       # barge-in
     greeting: bool = True                  # speak the scenario's greeting when the call starts
     tts: str = "hibari"                    # hibari | piper | coqui
@@ -130,7 +132,7 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
                                                stop_secs=options.vad_stop_secs, min_volume=options.vad_min_volume))
     vad.add_listener(stt)  # pauses and resumptions: the STT starts on the first silent frame
     aggregators = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
-        vad_analyzer=vad, user_turn_strategies=_turn_strategies(options)))
+        vad_analyzer=vad, user_turn_strategies=_turn_strategies(options, vad)))
 
     pipeline = Pipeline([
         transport.input(), stt, aggregators.user(), llm, tts, *options.extra_processors,
@@ -156,13 +158,18 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
                         stt=stt, tts=tts, transport=transport, scenario=scenario, options=options)
 
 
-def _turn_strategies(options: PipelineOptions) -> UserTurnStrategies:
+def _turn_strategies(options: PipelineOptions, vad: PauseAwareSileroVAD | None = None) -> UserTurnStrategies:
+    """The turn strategies of a call; `vad` (the call's analyzer) lets the stop hold for speech."""
     start = [VADUserTurnStartStrategy(enable_interruptions=options.allow_interruptions),
              TranscriptionUserTurnStartStrategy(enable_interruptions=options.allow_interruptions)]
     if options.smart_turn:
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    elif options.hold_on_speech and vad is not None:
+        # A caller going on after a pause is confirmed start_secs late: let the VAD decide first.
+        stop = [HoldOnSpeechStopStrategy(vad=vad, max_hold_s=options.vad_start_secs + 0.05,
+                                         user_speech_timeout=options.user_speech_timeout)]
     else:
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=options.user_speech_timeout)]
     return UserTurnStrategies(start=start, stop=stop)
