@@ -131,7 +131,7 @@ def test_a_late_transcript_before_the_answer_is_the_same_turn_not_a_new_one():
     (turn,) = obs.turns
     assert turn.user_started == 23.789  # not the resumption's VAD start
     assert turn.user_text == "10 in the morning works. And my name is Jordan Lee."
-    assert turn.false_cutoffs == 1 and not turn.late_transcript
+    assert (turn.false_cutoffs, turn.stt_cutoffs) == (1, 0) and not turn.late_transcript  # it had a pause
     assert (turn.vad_stopped, turn.transcript_final, turn.llm_request) == (26.547, 28.395, 28.612)
     assert turn_record(turn, true_end=26.368)["stt_ms"] > 0
 
@@ -167,3 +167,16 @@ def test_a_last_segment_without_words_still_ends_the_stt_stage():
     (turn,) = observe(events).turns
     assert turn.transcript_final == 8.45
     assert turn_record(turn, true_end=8.16)["stt_ms"] == pytest.approx(125.0)
+
+
+def test_a_turn_ended_before_its_transcript_came_is_one_turn_but_not_a_pause_cutoff():
+    """One segment, no pause; the STT took over 5 s on a saturated CPU and Pipecat's stop watchdog
+    ended the turn with no words: the transcript then opened a turn. Still one turn, counted as
+    an STT cut-off, not a false cut-off."""
+    events = [*vad_start(15.699), (15.699, UserStartedSpeakingFrame(), OTHER), *vad_stop(17.027),
+              (22.03, LLMContextFrame(LLMContext()), OTHER), (22.03, UserStoppedSpeakingFrame(), OTHER),
+              *stt_done(22.51, "Do you have anything in the morning?"), (22.52, UserStartedSpeakingFrame(), OTHER),
+              *answer(22.732, "Yes, at ten.")]
+    (turn,) = observe(events).turns
+    assert (turn.false_cutoffs, turn.stt_cutoffs) == (0, 1)
+    assert turn.user_text == "Do you have anything in the morning?" and turn.llm_request == 22.732

@@ -91,6 +91,7 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "interrupted": tl.interrupted,
         "late_transcript": tl.late_transcript,
         "false_cutoffs": tl.false_cutoffs,
+        "stt_cutoffs": tl.stt_cutoffs,
         "cut_off_text": tl.cut_off_text,
         "e2e_ms": e2e,
         "ttft_ms": _num(first.get("ttft_ms")),
@@ -184,6 +185,7 @@ def summarize(calls: list[dict], *, budget_ms: float, model: str, reasoning_effo
         # caller turns the pipeline ended at a pause inside them (the caller went on): each one is
         # still one turn in this report, measured from the end of the whole turn
         "false_cutoffs": sum(int(t.get("false_cutoffs") or 0) for t in turns),
+        "stt_cutoffs": sum(int(t.get("stt_cutoffs") or 0) for t in turns),  # ended before the transcript came
         "budget_ms": budget_ms,
         "budget_pass_rate": round(passed / len(scored), 4) if scored else None,
         "ttfat_budget_pass_rate": round(ttfat_passed / len(scored), 4) if scored else None,

@@ -21,7 +21,8 @@ Moments recorded per user turn (seconds on the observer's clock):
 A caller turn is never split. When the pipeline ends a turn at a pause inside it (it asked the LLM
 for an answer) and the caller goes on within `TURN_PAUSE_MAX_S` of their last word, or a transcript
 of words spoken before that request opens a new pipeline turn, the observer keeps ONE turn: it
-counts a false cut-off, keeps the cut-off answer's text and engine metrics aside, and measures the
+counts a false cut-off (`stt_cutoffs` instead when the turn had no pause: it ended before its
+transcript came), keeps the cut-off answer's text and engine metrics aside, and measures the
 answer to the whole turn from its end.
 
 The engine's own metrics arrive in the LLM service's `EngineMetricsFrame` (one per engine call;
@@ -167,7 +168,9 @@ class TurnLatencyObserver(BaseObserver):
                 # strategy gave up on it. Same caller words, same turn.
                 return
             if self.turns and self._continues(turn, voiced):
-                self._cut_off(turn)
+                # Words from before the request with no pause in the turn: the turn ended before its
+                # transcript came (Pipecat's 5 s stop watchdog on a slow STT), not at a pause.
+                self._cut_off(turn, by_pause=voiced is not None or turn.vad_segments > 1)
                 return
             if turn.llm_request is not None and not turn.answered:
                 turn.interrupted = True
@@ -194,6 +197,7 @@ class TurnLatencyObserver(BaseObserver):
             if self.turns and turn.llm_request is None:
                 turn.vad_stopped = now
                 turn.vad_stop_secs = getattr(frame, "stop_secs", None)
+                turn.vad_segments += 1
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._user_speaking = False
             if self.turns and turn.turn_stopped is None:
@@ -295,10 +299,13 @@ class TurnLatencyObserver(BaseObserver):
             return False
         return self._vad_onset - (turn.vad_stopped - (turn.vad_stop_secs or 0.0)) < TURN_PAUSE_MAX_S
 
-    def _cut_off(self, turn: TurnTimeline) -> None:
-        """The pipeline cut this turn at an inner pause: count it, set the cut-off answer aside, and
-        wait for the answer to the whole turn."""
-        turn.false_cutoffs += 1
+    def _cut_off(self, turn: TurnTimeline, by_pause: bool) -> None:
+        """The pipeline ended this turn too early: count it, set the cut-off answer aside, and wait
+        for the answer to the whole turn."""
+        if by_pause:
+            turn.false_cutoffs += 1
+        else:
+            turn.stt_cutoffs += 1
         turn.cut_off_text = f"{turn.cut_off_text} {turn.bot_text}".strip()
         turn.bot_text = ""
         turn.cut_off_engine += turn.engine

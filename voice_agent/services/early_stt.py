@@ -1,8 +1,8 @@
-"""Early transcription: start Whisper at the first silent VAD frame, not after the VAD's wait.
+"""Early transcription: start Whisper during the VAD's stop wait, not after it.
 
 The VAD confirms the end of speech only after `stop_secs` of silence (0.2 s). The audio the STT
-will transcribe is all there at the first silent frame, so `EarlyPasses` starts transcribing it
-then. When the stop is confirmed, the segment Pipecat hands to `run_stt` begins with exactly the
+will transcribe is (nearly) all there at the first silent frame, so `EarlyPasses` starts
+transcribing it during the wait (the STT service starts it a little way in: EARLY_AFTER_S). When the stop is confirmed, the segment Pipecat hands to `run_stt` begins with exactly the
 bytes the early pass heard (the rest is what the VAD called silence), and its result is used.
 If the caller speaks again during the wait, the early pass is dropped (and counted): its words
 will be part of a longer segment. A pass cannot be cancelled inside CTranslate2, so a dropped one

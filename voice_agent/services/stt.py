@@ -27,6 +27,7 @@ from loguru import logger
 from pipecat.frames.frames import (
     ErrorFrame,
     Frame,
+    InputAudioRawFrame,
     TranscriptionFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -51,6 +52,10 @@ STT_MODELS = ("tiny.en", "base")
 STT_WINDOWS = ("short", "30s")
 DEFAULT_WINDOW = "short"
 NO_SPEECH_PROB = 0.6  # a segment Whisper thinks this likely to be silence is dropped
+# The early pass starts this far into a pause, not at its first silent frame: the tail of a final
+# consonant lies below the VAD's threshold ("works" heard as "work" at the first silent frame of the
+# sample call's third line, "works" from 40 ms on). It still leaves half the VAD's 0.2 s wait.
+EARLY_AFTER_S = 0.1
 _assemble_lock = threading.Lock()
 
 
@@ -160,7 +165,7 @@ class LocalWhisperSTTService(WhisperSTTService):
 
     `window`: "short" (the encoder window sized to the segment) or "30s". `early=True`: the VAD
     (a `PauseAwareSileroVAD` this service listens to) says when a pause begins, and the segment is
-    transcribed during the VAD's stop wait (`early_stt.EarlyPasses`). `stats` counts what happened.
+    transcribed during the VAD's stop wait, EARLY_AFTER_S into it (`early_stt.EarlyPasses`). `stats` counts what happened.
     """
 
     def __init__(self, *, stt_model: str = "tiny.en", cpu_threads: int = 2, beam_size: int = 1,
@@ -177,6 +182,7 @@ class LocalWhisperSTTService(WhisperSTTService):
         self.stats = STTStats()
         self._early = EarlyPasses(self._transcribe_pcm, self.stats)
         self._in_segment = False
+        self._pause_at: int | None = None  # buffer length at the first silent frame of a pause
         kwargs.setdefault("ttfs_p99_latency", 1.0)
         super().__init__(
             settings=WhisperSTTService.Settings(model=str(self._model_dir), language=Language.EN,
@@ -188,21 +194,34 @@ class LocalWhisperSTTService(WhisperSTTService):
 
     # -- early transcription, driven by the VAD analyzer (PauseListener) -------------------------
     def on_vad_pause(self) -> None:
-        """First silent frame: transcribe what the segment holds now. Pipecat's SegmentedSTTService
-        keeps the segment in `_audio_buffer` and pads it with `_trailing_silence()` (1.14)."""
+        """First silent frame: start the early pass once EARLY_AFTER_S more audio has come in."""
         if self._early_on and self._in_segment:
+            self._pause_at = len(self._audio_buffer)
+
+    def on_vad_resume(self) -> None:
+        self._pause_at = None
+        self._early.resumed()
+
+    async def process_audio_frame(self, frame: InputAudioRawFrame, direction: FrameDirection) -> None:
+        await super().process_audio_frame(frame, direction)
+        if self._pause_at is not None and len(self._audio_buffer) - self._pause_at >= self._early_after_bytes():
+            # Pipecat's SegmentedSTTService keeps the segment in `_audio_buffer` and pads it with
+            # `_trailing_silence()` (1.14): transcribe what it holds now, padded the same way.
+            self._pause_at = None
             snapshot = bytes(self._audio_buffer)
             self._early.start(snapshot, snapshot + self._trailing_silence())
 
-    def on_vad_resume(self) -> None:
-        self._early.resumed()
+    def _early_after_bytes(self) -> int:
+        return int((self.sample_rate or WHISPER_RATE) * EARLY_AFTER_S) * 2
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         if isinstance(frame, VADUserStartedSpeakingFrame):
             self._in_segment = True
+            self._pause_at = None
             self._early.resumed()  # a pass still pending heard a pause the VAD did not confirm
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._in_segment = False
+            self._pause_at = None
             self._early.confirmed()  # before the base class queues this segment
         await super().process_frame(frame, direction)
 
