@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADState
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 
@@ -48,6 +49,7 @@ class HoldOnSpeechStopStrategy(SpeechTimeoutUserTurnStopStrategy):
                 await asyncio.sleep(POLL_S)
         finally:
             self._hold_task = None
+        logger.debug(f"{self}: turn stop held for speech; the VAD is now {self._vad.state.name}")
         if self._vad.state != VADState.SPEAKING:
             await super().trigger_user_turn_stopped(**kwargs)
 
