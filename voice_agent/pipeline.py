@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loguru import logger
-from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.frames.frames import TTSSpeakFrame
 from pipecat.observers.base_observer import BaseObserver
@@ -42,12 +41,16 @@ from voice_agent.scenarios import Scenario, load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 from voice_agent.services.stt import LocalWhisperSTTService
 from voice_agent.services.tts import make_tts
+from voice_agent.services.turn_stop import HoldOnSpeechStopStrategy
+from voice_agent.services.vad import PauseAwareSileroVAD
 
 
 @dataclass
 class PipelineOptions:
     model: str = "default"                 # "default", "smollm2-base", or a local checkpoint folder
     stt_model: str = "tiny.en"             # "tiny.en", "base", or a CTranslate2 Whisper folder
+    stt_window: str = "short"              # Whisper's encoder window: "short" (sized to the segment) or "30s"
+    early_stt: bool = True                 # transcribe from the first silent frame, during the VAD's stop wait
     reasoning_effort: str | None = None    # None: the scenario's
     smart_turn: bool = False               # Smart Turn v3 end-of-turn model (adds ~100-300 ms)
     vad_stop_secs: float = 0.2             # silence that ends a VAD speech segment
@@ -57,6 +60,7 @@ class PipelineOptions:
     # ~650 ms after the caller's speech onset on the phone test; 0.4 brought it to ~280 ms.
     vad_min_volume: float = 0.4
     user_speech_timeout: float = 0.2       # after VAD stop, wait this long for more speech
+    hold_on_speech: bool = True            # ... and longer while the VAD hears speech not yet confirmed
     allow_interruptions: bool = True       # barge-in
     greeting: bool = True                  # speak the scenario's greeting when the call starts
     tts: str = "hibari"                    # hibari | piper | coqui
@@ -115,7 +119,8 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     effort = options.reasoning_effort or scenario.reasoning_effort
     backends = tool_backends if tool_backends is not None else [clinic_db(options.db_path)]
 
-    stt = LocalWhisperSTTService(stt_model=options.stt_model, cpu_threads=options.stt_threads)
+    stt = LocalWhisperSTTService(stt_model=options.stt_model, cpu_threads=options.stt_threads,
+                                 window=options.stt_window, early=options.early_stt)
     llm = EngineLLMService(
         engine, session=session, system_instruction=scenario.system_prompt_for(today),
         reasoning_effort=effort, max_tokens=options.max_tokens, tools=scenario.bind_handlers(*backends),
@@ -123,10 +128,11 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir)
 
     context = LLMContext(messages=[], tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext()
-    vad = SileroVADAnalyzer(params=VADParams(confidence=options.vad_confidence, start_secs=options.vad_start_secs,
-                                             stop_secs=options.vad_stop_secs, min_volume=options.vad_min_volume))
+    vad = PauseAwareSileroVAD(params=VADParams(confidence=options.vad_confidence, start_secs=options.vad_start_secs,
+                                               stop_secs=options.vad_stop_secs, min_volume=options.vad_min_volume))
+    vad.add_listener(stt)  # pauses and resumptions: the STT starts on the first silent frame
     aggregators = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
-        vad_analyzer=vad, user_turn_strategies=_turn_strategies(options)))
+        vad_analyzer=vad, user_turn_strategies=_turn_strategies(options, vad)))
 
     pipeline = Pipeline([
         transport.input(), stt, aggregators.user(), llm, tts, *options.extra_processors,
@@ -146,19 +152,24 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
             await worker.queue_frame(TTSSpeakFrame(scenario.greeting))
 
     logger.info(f"pipeline: scenario={scenario.name} model={engine.model_name} reasoning_effort={effort} "
-                f"stt={options.stt_model} tts={options.tts} smart_turn={options.smart_turn} "
+                f"stt={options.stt_model} ({options.stt_window} window, early={options.early_stt}) tts={options.tts} smart_turn={options.smart_turn} "
                 f"vad_stop_secs={options.vad_stop_secs}")
     return CallPipeline(task=task, pipeline=pipeline, llm=llm, context=context, aggregators=aggregators,
                         stt=stt, tts=tts, transport=transport, scenario=scenario, options=options)
 
 
-def _turn_strategies(options: PipelineOptions) -> UserTurnStrategies:
+def _turn_strategies(options: PipelineOptions, vad: PauseAwareSileroVAD | None = None) -> UserTurnStrategies:
+    """The turn strategies of a call; `vad` (the call's analyzer) lets the stop hold for speech."""
     start = [VADUserTurnStartStrategy(enable_interruptions=options.allow_interruptions),
              TranscriptionUserTurnStartStrategy(enable_interruptions=options.allow_interruptions)]
     if options.smart_turn:
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    elif options.hold_on_speech and vad is not None:
+        # A caller going on after a pause is confirmed start_secs late: let the VAD decide first.
+        stop = [HoldOnSpeechStopStrategy(vad=vad, max_hold_s=options.vad_start_secs + 0.05,
+                                         user_speech_timeout=options.user_speech_timeout)]
     else:
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=options.user_speech_timeout)]
     return UserTurnStrategies(start=start, stop=stop)

@@ -53,6 +53,8 @@ class ReplayOptions:
     embed_audio: bool = True
     progress: bool = True
     stt_model: str = "tiny.en"
+    stt_window: str = "short"     # Whisper's encoder window: "short" or "30s" (PipelineOptions.stt_window)
+    early_stt: bool = True        # transcribe during the VAD's stop wait (PipelineOptions.early_stt)
     smart_turn: bool = False
     engine_threads: int | None = None
     decoding: str = "diffusion"   # "ar": the same weights decoded one token per pass (the baseline)
@@ -116,7 +118,7 @@ def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: A
     from voice_agent.pipeline import PipelineOptions, build_pipeline
 
     options = PipelineOptions(model=opts.model, reasoning_effort=opts.reasoning_effort, stt_model=opts.stt_model,
-                              smart_turn=opts.smart_turn)
+                              stt_window=opts.stt_window, early_stt=opts.early_stt, smart_turn=opts.smart_turn)
     built = build_pipeline(transport, scenario, options, engine=engine, observers=observers,
                            tool_backends=[db], today=today)
     return built
@@ -131,7 +133,7 @@ def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
 
 
 async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
-                    opts: ReplayOptions, turns_bar: Any, db: Any, today: dt.date | None) -> tuple[Any, Any]:
+                    opts: ReplayOptions, turns_bar: Any, db: Any, today: dt.date | None) -> tuple[Any, Any, Any]:
     from pipecat.workers.runner import WorkerRunner
 
     from voice_agent.latency.observer import TurnLatencyObserver
@@ -180,7 +182,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     run.result()
     observer.finish()
     transport.input_lag_s = probe.lags_s
-    return observer, transport
+    return observer, transport, built.stt.stats
 
 
 # --- one call ----------------------------------------------------------------------------------
@@ -263,8 +265,8 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     t_wall = time.monotonic()
     try:
         db, today = call_clinic(db_path, meta)
-        observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar,
-                                              db, today)
+        observer, transport, stt_stats = await _run_call(path, audio.samples, segments, scenario, engine, opts,
+                                                         turns_bar, db, today)
     except Exception as e:  # one call failing must not stop the batch
         logger.exception(f"replay of {path} failed")
         entry["error"] = f"{path}: replay failed: {type(e).__name__}: {e}"
@@ -275,6 +277,7 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
             turns_bar.close()
     entry["wall_s"] = round(time.monotonic() - t_wall, 2)
     entry["skipped_silence_s"] = round(transport.clock.skipped_s, 2)
+    entry["stt"] = {"window": opts.stt_window, "early": opts.early_stt, **stt_stats.as_dict()}
     lag = distribution(x * 1000 for x in getattr(transport, "input_lag_s", []))
     entry["input_lag_ms"] = {k: lag[k] for k in ("n", "p50", "p95", "max")}
     if lag["p95"] is not None and lag["p95"] > MAX_INPUT_LAG_MS:
@@ -352,6 +355,9 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "mode": "fast" if opts.fast else "realtime",
                             "scenario": scenario.name,
                             "stt_model": opts.stt_model,
+                            "stt_window": opts.stt_window,
+                            "early_stt": opts.early_stt,
+                            "stt": _stt_totals(calls),
                             "command": " ".join(["voice-agent", "replay", *sys.argv[2:]]) if sys.argv[1:2] == ["replay"]
                             else " ".join(sys.argv),
                             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -362,6 +368,16 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "kept_up_in_real_time": not any(c.get("warning") for c in calls),
                         })
     return build_report(calls, summary)
+
+
+def _stt_totals(calls: list[dict]) -> dict[str, int]:
+    """The calls' STT counters added up (segments, early passes used / dropped, 30 s fallbacks)."""
+    totals: dict[str, int] = {}
+    for c in calls:
+        for k, v in (c.get("stt") or {}).items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+    return totals
 
 
 def print_summary(report: dict, out_dir: Path) -> None:

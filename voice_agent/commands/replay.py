@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smart-turn", action="store_true",
                         help="end turns with Smart Turn v3 instead of VAD silence (the pipeline's option)")
     parser.add_argument("--stt-model", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
+    parser.add_argument("--stt-window", choices=["short", "30s"], default="short",
+                        help="Whisper's encoder window: sized to the segment (default) or the fixed 30 s one")
+    parser.add_argument("--no-early-stt", dest="early_stt", action="store_false",
+                        help="transcribe after the VAD's stop wait instead of from the first silent frame")
     parser.add_argument("--decoding", choices=["diffusion", "ar"], default="diffusion",
                         help="ar: the same weights decoded autoregressively, to measure diffusion's share of the gain")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=None,
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         caller_channel=args.caller_channel, budget_ms=args.budget_ms,
         expect=Path(args.expect) if args.expect else None, tail_s=args.tail_s,
         embed_audio=not args.link_audio, progress=not args.no_progress, smart_turn=args.smart_turn,
-        stt_model=args.stt_model, engine_threads=args.engine_threads, decoding=args.decoding,
+        stt_model=args.stt_model, stt_window=args.stt_window, early_stt=args.early_stt,
+        engine_threads=args.engine_threads, decoding=args.decoding,
         precision=args.precision)
     return replay_main([Path(p) for p in getattr(args, "inputs", [])], Path(args.out), opts)
