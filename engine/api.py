@@ -257,6 +257,11 @@ class Engine:
             session.tokens = req.tokens[: session.cache.length(0)]
         return len(session.tokens)
 
+    def run(self, req: Request) -> Iterator[StreamEvent]:
+        """Decode one prepared request by itself, over its call's own cache (or a fresh one)."""
+        cache = req.session.cache if req.session is not None else self.new_cache()
+        return DecodeLoop(self, cache).run(req)
+
     def stream(self, messages, **kw) -> Iterator[StreamEvent]:
         """Yield reasoning/answer text as blocks are committed, then a "done" event with the result."""
         req = self.prepare(messages, **kw)
@@ -265,7 +270,7 @@ class Engine:
         if not lock.acquire(timeout=60):
             raise SessionBusy("this session is busy with another turn")
         try:
-            yield from req.run_alone()
+            yield from self.run(req)
         finally:
             lock.release()
 

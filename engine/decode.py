@@ -100,7 +100,7 @@ class DecodeLoop:
             started = []
             for row, a in zip(rows, group, strict=True):
                 if a.reference:
-                    started.append(self._decode_reference(a.req))
+                    started.append(self._decode_reference(a.req, row))
                     continue
                 seq = Sequence.start(a.req.params, self.family, self.engine.mask_id, self.engine.eos_ids, row,
                                      logits.get(row), a.carry, len(a.req.tokens), self.runner.device)
@@ -127,13 +127,14 @@ class DecodeLoop:
                 out[row] = lg
         return out
 
-    def _decode_reference(self, req: Request) -> tuple[Sequence, int, float, float]:
+    def _decode_reference(self, req: Request, row: int) -> tuple[Sequence, int, float, float]:
         """Engine.decoding == "reference": the family's own sampler decodes the whole reply at once
         (it keeps no cache between calls, so neither does the session)."""
         t = time.perf_counter()
         ref = self.engine.reference
         out = ref.generate(req.tokens, req.params.max_tokens)
         seq = Sequence.whole(req.params, self.family, self.engine.mask_id, ref.stop_ids, out.tokens, out.forward_passes)
+        seq.move(row)
         return seq, 0, t, t
 
     # -- decoding -------------------------------------------------------------------------------------

@@ -60,13 +60,8 @@ class Request:
         self.prefill_ms = (t_prefill_end - t_prefill_start) * 1000
 
     def run_alone(self) -> Iterator[StreamEvent]:
-        """Decode this request by itself over its call's cache (or a fresh one): the events, then "done".
-        (Engine.stream holds the session's lock around this.)"""
-        from engine.decode import DecodeLoop
-
-        eng = self.engine
-        cache = self.session.cache if self.session is not None else eng.new_cache()
-        yield from DecodeLoop(eng, cache).run(self)
+        """Decode this request by itself (Engine.run; Engine.stream also holds the session's lock)."""
+        return self.engine.run(self)
 
     def absorb(self) -> list[StreamEvent]:
         """Turn newly final tokens into events; apply stop strings and the thinking budget."""

@@ -26,6 +26,7 @@ import torch
 from engine.api import ChatResult, Engine, Request, StreamEvent
 from engine.decode import Admission, DecodeLoop
 from engine.errors import EngineError
+from engine.kv_cache import KVCache
 from engine.prefix_cache import PrefixCache
 
 
@@ -170,6 +171,11 @@ class Scheduler:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._step_ema_s = 0.5  # for Retry-After estimates
+
+    @property
+    def cache(self) -> KVCache:
+        """The batch KV cache (the loop's)."""
+        return self.loop.cache
 
     @property
     def active(self) -> list[Ticket]:
