@@ -186,7 +186,7 @@ class EngineLLMStream(llm.LLMStream):
                             return ev.result
                 raise RuntimeError("the engine stream ended without a result")
             except EngineInputError as e:
-                shorter = _drop_oldest_turn(messages) if "context too long" in str(e) else None
+                shorter = _drop_oldest_turn(messages) if e.code == "context_length_exceeded" else None
                 if shorter is None:
                     raise APIStatusError(f"engine rejected the request: {e}", status_code=400,
                                          retryable=False) from None

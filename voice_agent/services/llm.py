@@ -187,7 +187,7 @@ class EngineLLMService(LLMService):
             result, answered = await self._stream(messages, kwargs)
         except EngineInputError as e:
             shorter = _trim_history(messages)
-            if "context too long" not in str(e) or shorter is None:
+            if e.code != "context_length_exceeded" or shorter is None:
                 raise
             logger.warning(f"{self}: {e}; retrying with the oldest turns dropped")
             result, answered = await self._stream(shorter, kwargs)
