@@ -11,10 +11,11 @@ import os
 # 0.37 s on 2 busy cores); passive waiting costs nothing measurable on an idle machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-__all__ = ["Engine", "Session", "ChatResult", "StreamEvent", "EngineInputError", "EFFORTS"]
+__all__ = ["Engine", "Session", "ChatResult", "StreamEvent", "EngineError", "EngineInputError", "EFFORTS"]
 
-_PUBLIC = {"Engine": "engine.api", "Session": "engine.api", "ChatResult": "engine.api", "StreamEvent": "engine.api",
-           "EngineInputError": "engine.api", "EFFORTS": "engine.effort"}
+_PUBLIC = {"Engine": "engine.api", "Session": "engine.session", "ChatResult": "engine.results",
+           "StreamEvent": "engine.results", "EngineError": "engine.errors", "EngineInputError": "engine.errors",
+           "EFFORTS": "engine.effort"}
 
 
 def __getattr__(name: str):

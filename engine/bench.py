@@ -143,8 +143,8 @@ def kv_bytes_per_pass(eng: Engine, cache_len: int = PASS_CACHE) -> int:
 def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
     t = x.shape[1]
     mask, _ = cache.mask(intra, t)
-    slots = cache.slots_for(t)
-    h = eng.model.hidden(x, slots, mask, cache, slots)
+    slots = cache.slots_for(t).to(cache.device)
+    h = eng.model.hidden(x.to(cache.device), slots, mask, cache, slots)
     eng.model.lm_head(h[0]).float()
 
 
@@ -155,7 +155,7 @@ def ms_per_pass(eng: Engine, tokens=PASS_TOKENS, cache_len: int = PASS_CACHE, re
     out = {}
     for t in tokens:
         cache = eng.new_cache(capacity=cache_len + max(tokens))
-        cache.lengths[0] = cache_len  # K/V content does not change the cost
+        cache.advance(0, cache_len)  # K/V content does not change the cost
         x = torch.randint(0, eng.model.cfg.vocab_size, (1, t))
         intra = torch.ones(t, t, dtype=torch.bool)
         for _ in range(2):

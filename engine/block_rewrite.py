@@ -1,7 +1,7 @@
 """Rewriting a just-finished block before it enters the KV cache: control-tag repair and
 schema-guided tool calls.
 
-A finished block waits in `SeqState.pending` until the next forward writes it to the cache, so its
+A finished block waits in `Sequence.pending` until the next forward writes it to the cache, so its
 text can still be changed for free. A small dLLM often mangles its control tags when it commits
 several tokens at once (`</>` for `</think>`, `<toolcall>` for `<tool_call>`); a mangled tag hides
 the answer inside the reasoning or a call inside the answer. Those are repaired here, and once a
@@ -17,7 +17,7 @@ from engine.chat_format import CALL_OPEN, THINK_CLOSE
 from engine.tool_guide import ToolCallGuide
 
 if TYPE_CHECKING:
-    from engine.api import Request
+    from engine.request import Request
 
 # Near misses only: an unknown closing tag while reasoning, a tool_call opener missing one character.
 MANGLED_THINK_CLOSE = re.compile(r"</(?!think>|tool_call>)[a-z_]{0,8}>")
@@ -57,7 +57,7 @@ def rewrite_finished_block(req: Request) -> None:
                 start = k + len(CALL_OPEN) - len(head)
         if guide is not None:
             # An end of turn inside an open call is not the end: it is dropped, and banned from now on.
-            st.banned = st.eos_ids
+            st.ban_end_of_turn()
             edit = guide.feed(fixed[start:])
             if edit is not None:
                 keep, forced, done = start + edit.keep, edit.forced, edit.done
@@ -66,13 +66,6 @@ def rewrite_finished_block(req: Request) -> None:
         return
     kept = tok.encode(fixed[:keep], add_special_tokens=False).ids
     new = tok.encode(fixed[:keep] + forced, add_special_tokens=False).ids + ([] if in_call else eos)
-    del st.generated[-n:]
-    st.generated.extend(new)
-    st.pending, st.new_final = list(new), list(new)
-    st.infilled += max(0, len(new) - len(eos) * (not in_call) - len(kept))
-    if done:
-        st.done, st.finish_reason, st.block, st.committed = True, "stop", [], []
-        st.banned = frozenset()
-    elif in_call or not st.done:  # the next block was sized before the rewrite: size it again
-        st.done, st.finish_reason = False, None
-        req.engine.decoder._new_block(st)
+    # The next block was sized before the rewrite: it is laid out again unless the call is complete.
+    st.rewrite_tail(n, new, max(0, len(new) - len(eos) * (not in_call) - len(kept)),
+                    stop=done, reopen=in_call or not st.done)

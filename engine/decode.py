@@ -1,356 +1,312 @@
-"""Block-diffusion decoding with an exact KV cache. AR decoding is the block size 1 case.
+"""The decode loop: the one driver of the protocol, prefill -> step -> commit -> absorb -> finish.
 
-Each `step` runs ONE forward over every active row of a batch. A row's input is its `pending`
-tokens (committed, not yet in the cache) followed by its current block (masks where nothing is
-committed yet). Writing the previous block is thereby fused into the first denoising pass of the
-next block, so a block costs exactly its denoising passes. After the pass the pending tokens are
-committed to the cache and every masked block position whose confidence clears the threshold is
-committed (at least one, all of them on the block's last allowed step).
+Block-diffusion decoding with an exact KV cache; AR decoding is the block size 1 case. A loop owns
+one KV cache whose rows 0..n-1 hold its active requests (`rows[i]` decodes in row i):
+- `plan` + `admit`: reuse what a cache already holds (the call's own, or a shared prefix; one rule,
+  engine/session.py), prefill the rest of a group of prompts in one forward, open their sequences;
+- `step`: ONE forward over every active row (each row's pending tokens, then its block), then the
+  commit rule (engine/sampler.py) for every row, greedy rows batched into one softmax;
+- `absorb` (the request's text rules) after each step, `finish` when a sequence is done.
+`Engine.stream` runs it over the call's own cache (`run`); the scheduler over its batch cache, with
+its own admission and fault policy; eval and the teacher over a batch of prompts (`run_batch`).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
-from engine.families import Family
+from engine import sampler
 from engine.kv_cache import KVCache
-from engine.model import Transformer
+from engine.masks import intra_mask, prefill_mask  # noqa: F401 - re-exported (tests, callers of old)
+from engine.prefix_cache import PrefixCache
+from engine.results import ChatResult, StreamEvent
+from engine.runner import StepPlan
+from engine.sequence import DecodeParams, Sequence, StepInput
+from engine.session import reuse_plan
+
+if TYPE_CHECKING:
+    from engine.api import Engine
+    from engine.request import Request
 
 
 @dataclass
-class DecodeParams:
-    block_size: int
-    threshold: float
-    max_steps_per_block: int
-    max_tokens: int
-    temperature: float = 0.0
-    seed: int | None = None
-    dedup_guard: bool = True
+class Admission:
+    """How one request is prefilled: its first `k` tokens come from `source`, `new_tokens` are
+    prefilled, `carry` goes into the first block (aligned families)."""
 
-
-@dataclass
-class SeqState:
-    params: DecodeParams
-    row: int
-    next_logits: torch.Tensor | None  # predicts block[0] (token-shift families)
-    eos_ids: frozenset[int]
-    pending: list[int] = field(default_factory=list)
-    block: list[int] = field(default_factory=list)
-    committed: list[bool] = field(default_factory=list)
-    steps_in_block: int = 0
-    generated: list[int] = field(default_factory=list)
-    new_final: list[int] = field(default_factory=list)  # tokens finalised by the last step
-    forced: list[int] = field(default_factory=list)  # tokens to append before the next block
-    done: bool = False
-    finish_reason: str | None = None
-    forward_passes: int = 0
-    infilled: int = 0  # tokens the engine wrote without the model (forced text, tool-call skeleton)
-    banned: frozenset[int] = frozenset()  # tokens never committed (e.g. end of turn inside a tool call)
-    generator: torch.Generator | None = None
-    # Families with blocks at absolute multiples of B (Family.align_blocks): `carry` holds the
-    # prompt's leftover tokens for the first block, `prompt_len` the absolute length of the prompt,
-    # and `offset` how many leading positions of the current block are final tokens carried in
-    # (the prompt's leftover, or the tail of the previous output) rather than decoded.
+    req: Request
+    source: KVCache | None
+    k: int
+    new_tokens: list[int]
     carry: list[int] = field(default_factory=list)
-    prompt_len: int = 0
-    offset: int = 0
-    window: int = 0  # masks of the rest of the generation window in the last input (Family.masked_window)
-
-    def remaining(self) -> int:
-        return self.params.max_tokens - len(self.generated)
+    from_prefix: bool = False
+    reference: bool = False  # decoded whole by the family's reference sampler (Engine.decoding)
 
 
-def intra_mask(n_pending: int, n_block: int, cache_attention: str, block_size: int,
-               start: int | None = None) -> torch.Tensor:
-    """Visibility among one row's new tokens: pending (clean) tokens, then the noisy block.
+class DecodeLoop:
+    def __init__(self, engine: Engine, cache: KVCache, prefixes: PrefixCache | None = None) -> None:
+        self.engine = engine
+        self.runner = engine.runner
+        self.family = engine.family
+        self.cache = cache
+        self.prefixes = prefixes
+        self.rows: list[Request] = []
+        self._plan: StepPlan | None = None
 
-    With `start` (the pending tokens' absolute position) a "block" cache sees them block-causally
-    at absolute multiples of `block_size`, as a prefill would; without it, all of them at once."""
-    t = n_pending + n_block
-    m = torch.zeros(t, t, dtype=torch.bool)
-    if n_pending:
-        if cache_attention == "causal":
-            m[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
-        elif cache_attention == "block" and start is not None:
-            m[:n_pending, :n_pending] = prefill_mask(n_pending, "block", block_size, start)
+    @property
+    def free_rows(self) -> int:
+        return self.cache.batch - len(self.rows)
+
+    # -- admission ------------------------------------------------------------------------------------
+    def plan(self, req: Request, prefill_only: bool = False) -> Admission:
+        """Where this request's cached tokens come from: its call's cache, a shared prefix, or none.
+        (`prefill_only`: a session warm-up, which prefills even where the reference sampler decodes.)"""
+        if self.engine.decoding == "reference" and not prefill_only:
+            return Admission(req, None, 0, [], reference=True)
+        sess = req.session
+        if sess is not None and sess.cached_tokens():
+            have, source, shared = sess.cached_tokens(), sess.cache, False
+        elif self.prefixes is not None:
+            (have, source), shared = self.prefixes.find(req.tokens), True
         else:
-            m[:n_pending, :n_pending] = True
-    m[n_pending:, :] = True  # the block sees the pending tokens and itself, bidirectionally
-    return m
-
-
-def prefill_mask(n: int, cache_attention: str, block_size: int, start: int) -> torch.Tensor:
-    if cache_attention == "causal":
-        return torch.ones(n, n, dtype=torch.bool).tril()
-    if cache_attention == "full":
-        return torch.ones(n, n, dtype=torch.bool)
-    blk = (torch.arange(n) + start) // max(block_size, 1)
-    return blk[None, :] <= blk[:, None]
-
-
-class BlockDecoder:
-    def __init__(self, model: Transformer, family: Family, mask_id: int) -> None:
-        self.model = model
-        self.family = family
-        self.mask_id = mask_id
-
-    # -- prefill ---------------------------------------------------------------------
-    @torch.inference_mode()
-    def prefill(self, cache: KVCache, tokens: list[int]) -> torch.Tensor:
-        """Write `tokens` into a single-row cache; return the logits that predict the next token."""
-        if not tokens:
-            raise ValueError("prefill needs at least one token")
-        n = len(tokens)
-        start = int(cache.lengths[0])
-        intra = prefill_mask(n, self.family.cache_attention, self.family.block_size, start)
-        mask, _ = cache.mask(intra, n)
-        slots = cache.slots_for(n)
-        pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
-        x = torch.tensor([tokens], dtype=torch.long)
-        h = self.model.hidden(x, pos, mask, cache, slots)
-        cache.commit(n)
-        return self.model.lm_head(h[0, -1]).float()
-
-    # -- decoding ----------------------------------------------------------------------
-    def split_prompt(self, n_tokens: int, cached: int) -> tuple[int, int]:
-        """How a prompt of `n_tokens`, of which `cached` are in the cache, is prefilled:
-        (k, end) = keep the first k cached, prefill tokens[k:end]; tokens[end:] are carried into
-        the first block. Families without aligned blocks prefill everything but what is cached
-        (at least one token, for the logits that predict the next one)."""
-        if not self.family.align_blocks:
-            return min(cached, n_tokens - 1), n_tokens
-        b = max(self.family.block_size, 1)
-        end = n_tokens // b * b
-        cached = cached // b * b  # a block-causal position's K/V depend on the rest of its block
-        if end == n_tokens:  # aligned: the first token comes from the prefill's last logits
-            return min(cached, n_tokens - 1), n_tokens
-        return min(cached, end), end
-
-    def start(self, params: DecodeParams, next_logits: torch.Tensor | None, row: int, eos_ids,
-              carry: list[int] | None = None, prompt_len: int = 0) -> SeqState:
-        st = SeqState(params=params, row=row, next_logits=next_logits, eos_ids=frozenset(eos_ids),
-                      carry=list(carry or []), prompt_len=prompt_len)
-        if params.temperature > 0:
-            st.generator = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
-        self._new_block(st)
-        return st
-
-    def _new_block(self, st: SeqState) -> None:
-        if st.forced:
-            st.infilled += len(st.forced)
-            st.generated.extend(st.forced)
-            st.pending.extend(st.forced)
-            st.new_final.extend(st.forced)
-            st.forced = []
-        carry: list[int] = []
-        if self.family.align_blocks:
-            # The block spans [q*B, (q+1)*B): the final tokens already in that span (the prompt's
-            # leftover, or the tail of the previous output when a rewrite or forced text moved
-            # the boundary) sit in it as committed positions, not in the cache.
-            bsz = max(st.params.block_size, 1)
-            if st.carry:
-                carry, st.carry = st.carry, []
-            else:
-                r = min((st.prompt_len + len(st.generated)) % bsz, len(st.pending))
-                if r:
-                    carry, st.pending = st.pending[-r:], st.pending[:-r]
-        b = min(st.params.block_size - len(carry), st.remaining())
-        if b <= 0:
-            st.done, st.finish_reason = True, "length"
-            st.block, st.committed = [], []
-            st.pending.extend(carry)
-            return
-        st.block = carry + [self.mask_id] * b
-        st.committed = [True] * len(carry) + [False] * b
-        st.offset = len(carry)
-        st.steps_in_block = 0
-
-    def _needs_block_in_input(self, st: SeqState) -> bool:
-        # With token shift, position 0 of the block is predicted by the clean token before it, so
-        # a block whose only open position is 0 does not need to be in the input (AR mode).
-        if not self.family.token_shift:
-            return True
-        if self.family.first_token_at_once and st.committed and not st.committed[0]:
-            # Fast-dLLM v2: the block's first token is committed from the logits of the pass
-            # that wrote the previous block (or of the prefill) before the block is denoised, so
-            # that pass carries only the pending tokens (or there is none: the prefill gave them).
-            return False
-        return any(not c for c in st.committed[1:])
+            have, source, shared = [], None, False
+        k, end = reuse_plan(self.family, have, req.tokens, shared)
+        return Admission(req, source if k > 0 else None, k, req.tokens[k:end], req.tokens[end:], shared and k > 0)
 
     @torch.inference_mode()
-    def step(self, cache: KVCache, states: list[SeqState]) -> None:
-        """One batched forward over every row in `states`, then commit by confidence."""
-        active = [s for s in states if not s.done]
-        for s in active:
-            s.new_final = []
-        inputs: list[tuple[SeqState, list[int], int]] = []
-        for s in active:
-            with_block = self._needs_block_in_input(s)
-            s.window = self._window(s) if with_block else 0
-            toks = s.pending + (s.block + [self.mask_id] * s.window if with_block else [])
-            inputs.append((s, toks, len(s.block) + s.window if with_block else 0))
-        fwd = [x for x in inputs if x[1]]
-        logits_by_row: dict[int, torch.Tensor] = {}
-        if fwd:
-            logits_by_row = self._forward(cache, fwd)
-        for s, _toks, n_block in inputs:
-            out = logits_by_row.get(s.row)
-            npend = len(s.pending)
-            if out is not None:
-                s.forward_passes += 1
-                if npend:
-                    s.next_logits = out[npend - 1]
-                    cache.lengths[s.row] += npend
-                    s.pending = []
-            self._commit(s, out, npend, n_block)
+    def admit(self, group: list[Admission]) -> None:
+        """Prefill a group into the next free rows (one forward per contiguous run of rows with new
+        tokens) and open their sequences. All or nothing: on an error the rows are freed and it raises."""
+        base = len(self.rows)
+        if base + len(group) > self.cache.batch:
+            raise RuntimeError(f"{len(group)} requests do not fit in {self.free_rows} free rows")
+        rows = range(base, base + len(group))
+        try:
+            for row, a in zip(rows, group, strict=True):
+                if a.source is self.cache:  # the call's own cache (Engine.stream): keep what matches
+                    self.cache.crop(a.k, row)
+                elif a.source is not None:
+                    self.cache.load_row(row, a.source, length=a.k)
+                else:
+                    self.cache.reset_row(row)
+            t0 = time.perf_counter()
+            logits = self._prefill([(row, a.new_tokens) for row, a in zip(rows, group, strict=True) if a.new_tokens])
+            t1 = time.perf_counter()
+            started = []
+            for row, a in zip(rows, group, strict=True):
+                if a.reference:
+                    started.append(self._decode_reference(a.req, row))
+                    continue
+                seq = Sequence.start(a.req.params, self.family, self.engine.mask_id, self.engine.eos_ids, row,
+                                     logits.get(row), a.carry, len(a.req.tokens), self.runner.device)
+                started.append((seq, a.k, t0, t1))
+                if self.prefixes is not None:
+                    self.prefixes.remember(a.req.tokens, self.cache, row, a.k)
+        except BaseException:
+            for row, a in zip(rows, group, strict=True):
+                if a.source is not self.cache:
+                    self.cache.reset_row(row)
+            raise
+        for a, (seq, k, t0, t1) in zip(group, started, strict=True):
+            a.req.begin(seq, k, t0, t1)
+            self.rows.append(a.req)
 
-    def _window(self, s: SeqState) -> int:
-        """Full-diffusion families (LLaDA, Dream) were trained to see the whole generation window:
-        the block is followed by masks up to max_tokens (rounded up to whole blocks), as their
-        samplers lay it out. Their predictions are not read; their K/V are never kept."""
-        if not self.family.masked_window:
-            return 0
-        b = max(s.params.block_size, 1)
-        total = -(-s.params.max_tokens // b) * b
-        return max(0, total - len(s.generated) - (len(s.block) - s.offset))
-
-    def _forward(self, cache: KVCache, fwd) -> dict[int, torch.Tensor]:
-        # Forward the contiguous run of rows that spans every row with input: a view of the
-        # cache, never a copy. Rows inside the run that have nothing to do get one padding token.
-        by_row = {s.row: (toks, n_block) for s, toks, n_block in fwd}
-        window = {s.row: s.window for s, _, _ in fwd}
-        lo, hi = min(by_row), max(by_row) + 1
-        t = max(len(toks) for toks, _ in by_row.values())
-        cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
-        view = cache if (lo, hi) == (0, cache.batch) else _RowSubset(cache, list(range(lo, hi)))
-        x = torch.zeros(hi - lo, t, dtype=torch.long)
-        intra = torch.eye(t, dtype=torch.bool).repeat(hi - lo, 1, 1)  # padding sees itself only
-        for row, (toks, n_block) in by_row.items():
-            n = len(toks)
-            x[row - lo, :n] = torch.tensor(toks)
-            start = int(cache.lengths[row]) if self.family.align_blocks else None
-            intra[row - lo, :n, :n] = intra_mask(n - n_block, n_block, self.family.cache_attention,
-                                                 self.family.block_size, start)
-        mask, _ = view.mask(intra, t)
-        slots = view.slots_for(t)
-        pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
-        h = self.model.hidden(x, pos, mask, view, slots)
-        # One lm_head call for all rows, and only at the positions whose prediction is read: the
-        # last pending token and the block positions (the vocabulary projection is ~20% of a pass).
-        rows = list(by_row)
-        need = {r: self._needed_positions(len(by_row[r][0]) - window[r], by_row[r][1] - window[r]) for r in rows}
-        logits = self.model.lm_head(torch.cat([h[r - lo, need[r]] for r in rows])).float()
-        out = {}
-        for r, part in zip(rows, logits.split([len(need[r]) for r in rows]), strict=True):
-            full = part.new_zeros(len(by_row[r][0]), part.shape[-1])
-            full[need[r]] = part
-            out[r] = full
+    def _prefill(self, rows: list[tuple[int, list[int]]]) -> dict[int, torch.Tensor]:
+        out: dict[int, torch.Tensor] = {}
+        while rows:  # a prefill covers a contiguous run of rows
+            n = 1
+            while n < len(rows) and rows[n][0] == rows[n - 1][0] + 1:
+                n += 1
+            run, rows = rows[:n], rows[n:]
+            for (row, _), lg in zip(run, self.runner.prefill(self.cache, run, self.family), strict=True):
+                out[row] = lg
         return out
 
-    def _needed_positions(self, n: int, n_block: int) -> list[int]:
-        """The last pending token (next_logits) and the outputs that predict block positions
-        (shifted one left under token shift)."""
-        if not n_block:
-            return [n - 1]
-        last = n - 2 if self.family.token_shift else n - 1
-        return list(range(max(n - n_block - 1, 0), last + 1))
+    def _decode_reference(self, req: Request, row: int) -> tuple[Sequence, int, float, float]:
+        """Engine.decoding == "reference": the family's own sampler decodes the whole reply at once
+        (it keeps no cache between calls, so neither does the session)."""
+        t = time.perf_counter()
+        ref = self.engine.reference
+        out = ref.generate(req.tokens, req.params.max_tokens)
+        seq = Sequence.whole(req.params, self.family, self.engine.mask_id, ref.stop_ids, out.tokens, out.forward_passes)
+        seq.move(row)
+        return seq, 0, t, t
 
-    def _predictions(self, s: SeqState, out: torch.Tensor | None, npend: int, n_block: int) -> torch.Tensor:
-        """Logits [b, V] predicting each block position."""
-        b = len(s.block)
-        rows = []
-        for j in range(b):
-            if self.family.token_shift:
-                if j == 0:
-                    rows.append(s.next_logits)
-                else:
-                    rows.append(out[npend + j - 1] if out is not None and n_block else None)
-            else:
-                rows.append(out[npend + j] if out is not None and n_block else None)
-        v = next(r for r in rows if r is not None).shape[-1]
-        return torch.stack([r if r is not None else torch.zeros(v) for r in rows])
-
-    def _commit(self, s: SeqState, out: torch.Tensor | None, npend: int, n_block: int) -> None:
-        open_pos = [j for j, c in enumerate(s.committed) if not c]
-        if not open_pos:
+    # -- decoding -------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self, only: list[Request] | None = None) -> None:
+        """One batched forward over every active row (or those in `only`), then commit by confidence.
+        If the forward raises, no sequence has changed but for its step's `new_final`."""
+        seqs = [r.state for r in (self.rows if only is None else only) if not r.state.done]
+        if not seqs:
             return
-        sub = self.family.sub_block
-        if sub and n_block:
-            # Fast-dLLM v2: only the first sub-block that still has masks is unmasked this step.
-            lo = open_pos[0] // sub * sub
-            open_pos = [j for j in open_pos if j < lo + sub]
-        logits = self._predictions(s, out, npend, n_block)[open_pos]
-        if s.banned:
-            logits[:, list(s.banned)] = float("-inf")
-        probs = torch.softmax(logits / max(s.params.temperature, 1e-6) if s.params.temperature > 0 else logits, -1)
-        if s.params.temperature > 0:
-            tok = torch.multinomial(probs, 1, generator=s.generator).squeeze(-1)
-            conf = probs.gather(-1, tok[:, None]).squeeze(-1)
-        else:
-            conf, tok = probs.max(-1)
-        s.steps_in_block += 1
-        last_step = s.steps_in_block >= s.params.max_steps_per_block
-        if self.family.token_shift and not n_block:
-            # Only position 0 had a prediction; the rest are predicted after it is in the input.
-            chosen = [0] if open_pos[0] == 0 else []
-        elif last_step:
-            chosen = list(range(len(open_pos)))
-        else:
-            chosen = [i for i in range(len(open_pos)) if conf[i] >= s.params.threshold]
-            if s.params.dedup_guard:
-                chosen = self._drop_adjacent_duplicates(chosen, open_pos, tok, conf)
-            if not chosen:
-                chosen = [int(conf.argmax())]
+        for s in seqs:
+            s.begin_step()
+        inputs = [s.step_input() for s in seqs]
+        fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]
+        logits = None
+        if fwd:
+            self._plan = self.runner.plan(self.cache, fwd, self.family, reuse=self._plan)
+            logits = self.runner.forward(self._plan, fwd)
+        commits = _Commits(logits)
+        for s, inp in zip(seqs, inputs, strict=True):
+            off = None
+            if inp.tokens:
+                off = self._plan.offsets[s.row]
+                nxt = logits[off[0] + inp.n_pending - 1 - off[1]] if inp.n_pending else None
+                self.cache.advance(s.row, inp.n_pending)
+                s.after_forward(nxt)
+            commits.add(s, inp, off)
+        commits.apply()
 
-        for i in chosen:
-            j = open_pos[i]
-            s.block[j] = int(tok[i])
-            s.committed[j] = True
-        if all(s.committed):
-            self._finish_block(s)
+    # -- the end of a request -----------------------------------------------------------------------
+    def absorb(self, req: Request) -> list[StreamEvent]:
+        return req.absorb()
+
+    def finish(self, req: Request) -> tuple[list[StreamEvent], ChatResult]:
+        """A done request: its last events and its result; its row goes back to the call's cache."""
+        events = req.absorb()
+        sess = req.session
+        if sess is not None and sess.cache is not self.cache:
+            self.cache.extract_row(req.state.row, sess.cache)
+        result = req.finish()
+        self.remove(req)
+        return events, result
+
+    def remove(self, req: Request) -> None:
+        """Free `req`'s row; rows stay 0..n-1 (the last row moves into the gap)."""
+        i = self.rows.index(req)
+        last = len(self.rows) - 1
+        if i != last:
+            moved = self.rows[last]
+            self.cache.move_row(last, i)
+            moved.state.move(i)
+            self.rows[i] = moved
+        self.rows.pop()
+        if req.session is None or req.session.cache is not self.cache:
+            self.cache.reset_row(last)
+
+    def abandon(self, req: Request) -> None:
+        """A request stopped before its end: the call's cache keeps what it holds, the session says so."""
+        req.abandon()
+        if req in self.rows:
+            self.remove(req)
+
+    # -- whole runs -------------------------------------------------------------------------------------
+    def run(self, req: Request) -> Iterator[StreamEvent]:
+        """One request, prefill to result: its events, then "done"."""
+        finished = False
+        try:
+            self.admit([self.plan(req)])
+            while not req.state.done:
+                self.step()
+                yield from req.absorb()
+            events, result = self.finish(req)
+            yield from events
+            finished = True
+            yield StreamEvent("done", "", req._ms(), result)
+        finally:
+            if not finished:
+                self.abandon(req)
+
+    def run_batch(self, reqs: list[Request]) -> list[ChatResult]:
+        """Many requests in one batch, each prompt prefilled alone; rows stay in place until all are done."""
+        for req in reqs:
+            self.admit([self.plan(req)])
+        while True:
+            active = [r for r in self.rows if not r.state.done]
+            if not active:
+                break
+            self.step()
+            for r in active:
+                r.absorb()
+        return [self.finish(r)[1] for r in reqs]
+
+
+class _Commits:
+    """One step's commits: greedy rows share one softmax and one transfer to the host."""
+
+    def __init__(self, logits: torch.Tensor | None) -> None:
+        self.logits = logits
+        self.greedy: list[tuple[Sequence, list[int], bool, int]] = []  # (seq, positions, first_only, n in rows)
+        self.index: list[int] = []  # rows of `logits` (or of `extra`, past its end) to read
+        self.extra: list[torch.Tensor] = []  # next_logits of earlier passes
+        self.thresholds: list[float] = []
+        self.banned: list[tuple[int, int, list[int]]] = []
+        self.sampled: list[tuple[Sequence, list[int], bool, torch.Tensor]] = []
+
+    def add(self, s: Sequence, inp: StepInput, off: tuple[int, int, int] | None) -> None:
+        positions = s.open_positions(inp.n_block)
+        if not positions:
+            return
+        first_only = s.first_only(inp.n_block)
+        if s.params.temperature > 0:
+            self.sampled.append((s, positions, first_only, self._predictions(s, inp, off)[positions]))
+            return
+        # Greedy: only position 0 had a prediction when the block was not in the input.
+        read = ([0] if positions[0] == 0 else []) if first_only else positions
+        lo = len(self.index)
+        for j in read:
+            p = s.source(j, inp.n_pending)
+            if p is None and inp.n_pending and off is not None:
+                p = inp.n_pending - 1  # position 0 is predicted by this pass's last pending token
+            if p is None:
+                self.index.append(-1 - len(self.extra))
+                self.extra.append(s.next_logits if s.next_logits is not None or self.logits is None
+                                  else self.logits.new_zeros(self.logits.shape[-1]))
+            else:
+                self.index.append(off[0] + p - off[1])
+        self.thresholds.extend([s.params.threshold] * len(read))
+        if s.banned and read:
+            self.banned.append((lo, lo + len(read), list(s.banned)))
+        self.greedy.append((s, positions, first_only, len(read)))
+
+    def _predictions(self, s: Sequence, inp: StepInput, off: tuple[int, int, int] | None) -> torch.Tensor:
+        """Logits [b, V] predicting each block position (zeros where this step has none)."""
+        rows: list[torch.Tensor | None] = []
+        for j in range(len(s.block)):
+            p = s.source(j, inp.n_pending)
+            if p is None:
+                rows.append(s.next_logits)
+            elif off is not None and inp.n_block and 0 <= p - off[1] < off[2]:
+                rows.append(self.logits[off[0] + p - off[1]])
+            else:
+                rows.append(None)
+        v = next(r for r in rows if r is not None)
+        return torch.stack([r if r is not None else torch.zeros_like(v) for r in rows])
+
+    def apply(self) -> None:
+        if self.greedy:
+            tok, conf, above = sampler.greedy(self._gather(), self.thresholds, self.banned) if self.index else ([], [], [])
+            at = 0
+            for s, positions, first_only, n in self.greedy:
+                sl = slice(at, at + n)
+                at += n
+                self._commit(s, positions if not first_only else positions[:n], tok[sl], conf[sl], above[sl],
+                             first_only)
+        for s, positions, first_only, logits in self.sampled:
+            tok, conf, above = sampler.sample(logits, s.params.temperature, s.params.threshold, s.banned, s.generator)
+            self._commit(s, positions, tok, conf, above, first_only)
+
+    def _gather(self) -> torch.Tensor:
+        if not self.extra:
+            return self.logits[torch.tensor(self.index, device=self.logits.device)]
+        src = torch.stack(self.extra) if self.logits is None else torch.cat([self.logits, torch.stack(self.extra)])
+        base = 0 if self.logits is None else self.logits.shape[0]
+        idx = [i if i >= 0 else base + (-1 - i) for i in self.index]
+        return src[torch.tensor(idx, device=src.device)]
 
     @staticmethod
-    def _drop_adjacent_duplicates(chosen, open_pos, tok, conf) -> list[int]:
-        # Parallel commits of the same token at neighbouring positions ("with with") are the
-        # classic failure of small dLLMs: keep the more confident one, decide the other later.
-        keep = list(chosen)
-        for a, b in zip(chosen, chosen[1:], strict=False):
-            if open_pos[b] == open_pos[a] + 1 and int(tok[a]) == int(tok[b]) and a in keep and b in keep:
-                keep.remove(b if conf[a] >= conf[b] else a)
-        return keep
-
-    def _finish_block(self, s: SeqState) -> None:
-        carried, toks = s.block[: s.offset], s.block[s.offset:]
-        for i, t in enumerate(toks):
-            if t in s.eos_ids:
-                toks = toks[: i + 1]
-                s.done, s.finish_reason = True, "stop"
-                break
-        s.generated.extend(toks)
-        s.pending.extend(carried + toks)
-        s.new_final.extend(toks)
-        s.offset = 0
-        if not s.done and s.remaining() <= 0:
-            s.done, s.finish_reason = True, "length"
-        if not s.done:
-            self._new_block(s)
-        else:
-            s.block, s.committed = [], []
+    def _commit(s: Sequence, positions: list[int], tok: list[int], conf: list[float], above: list[bool],
+                first_only: bool) -> None:
+        chosen = sampler.choose(positions, tok, conf, above, first_only=first_only, last_step=s.last_step(),
+                                dedup=s.params.dedup_guard)
+        s.commit([positions[i] for i in chosen], [tok[i] for i in chosen])
 
 
-class _RowSubset(KVCache):
-    """A contiguous run of rows of a batch cache, as views that write through to the parent."""
-
-    def __init__(self, parent: KVCache, rows: list[int]) -> None:
-        if rows != list(range(rows[0], rows[0] + len(rows))):
-            raise ValueError("row views must be a contiguous run of rows")
-        self.parent = parent
-        self.shape, self.dtype, self.max_capacity = parent.shape, parent.dtype, parent.max_capacity
-        sl = slice(rows[0], rows[0] + len(rows))
-        self.k, self.v, self.lengths = parent.k[:, sl], parent.v[:, sl], parent.lengths[sl]
-
-    def ensure(self, needed: int) -> None:
-        if needed > self.capacity:
-            raise RuntimeError("row views cannot grow; ensure capacity on the parent cache first")
+__all__ = ["Admission", "DecodeLoop", "DecodeParams", "prefill_mask"]

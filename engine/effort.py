@@ -21,10 +21,14 @@ class EffortPreset:
 
 
 EFFORTS: dict[str, EffortPreset] = {
-    "instant": EffortPreset(thinking_budget=0, threshold=0.3, steps_per_block=0.5),
-    "low": EffortPreset(thinking_budget=64, threshold=0.5, steps_per_block=0.75),
-    "medium": EffortPreset(thinking_budget=256, threshold=0.7, steps_per_block=1.0),
-    "high": EffortPreset(thinking_budget=1024, threshold=0.9, steps_per_block=1.0),
+    # No step cap below the block size: a cap forces low-confidence tokens to commit together, and
+    # on the default model that garbled every tool call (0 of 12 exact at 0.3 with a cap of half a
+    # block, 4 of 12 at 0.9 uncapped, the same as AR; 3 of 12 at 0.9 with a cap of 3B/4, which
+    # instant keeps so that a block takes at most three passes; probe of 2026-12-01, MODEL_CARD.md).
+    "instant": EffortPreset(thinking_budget=0, threshold=0.9, steps_per_block=0.75),
+    "low": EffortPreset(thinking_budget=64, threshold=0.9, steps_per_block=1.0),
+    "medium": EffortPreset(thinking_budget=256, threshold=0.9, steps_per_block=1.0),
+    "high": EffortPreset(thinking_budget=1024, threshold=0.95, steps_per_block=1.0),
 }
 
 

@@ -27,7 +27,6 @@ import torch
 from tqdm import tqdm
 
 from engine.api import Engine, Request
-from engine.decode import _RowSubset
 from engine.effort import EFFORTS
 from engine.tools import parse_tool_calls
 
@@ -68,28 +67,16 @@ def tools_of(rec: dict) -> list[dict]:
 
 
 def decode_pair(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> tuple[list[Request], list[Request]]:
-    """Decode many prompts in one batch, as diffusion and as AR on the same weights. The prompts
-    are prefilled once; the AR pass starts from a fork of the same cache."""
-    mk = lambda e: [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens)  # noqa: E731
-                    for r in recs]
-    d_reqs, a_reqs = mk(eng), mk(ar)
-    cache = eng.new_cache(batch=len(d_reqs), capacity=1024)
-    cache.ensure(max(len(q.tokens) for q in d_reqs) + max_tokens + 32)
-    for i, q in enumerate(d_reqs):
-        q.prefill(cache, _RowSubset(cache, [i]))
-        q.state.row = i
-    ar_cache = cache.fork()
-    for i, (qd, qa) in enumerate(zip(d_reqs, a_reqs, strict=True)):
-        qa.t_prefill_end, qa.prefill_ms = qd.t_prefill_end, qd.prefill_ms
-        qa.state = ar.decoder.start(qa.params, qd.state.next_logits, row=i, eos_ids=ar.eos_ids)
-    for e, reqs, c in ((eng, d_reqs, cache), (ar, a_reqs, ar_cache)):
-        while not all(q.state.done for q in reqs):
-            e.decoder.step(c, [q.state for q in reqs if not q.state.done])
-            for q in reqs:
-                q.absorb()
-        for i, q in enumerate(reqs):
-            q.result = q.finish(_RowSubset(c, [i]))
-    return d_reqs, a_reqs
+    """Decode many prompts in one batch, as diffusion and as AR on the same weights (each through the
+    decode loop, `Engine.generate`); each request's `result` is set."""
+    out = []
+    for e in (eng, ar):
+        reqs = [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens)
+                for r in recs]
+        for q, res in zip(reqs, e.generate(reqs), strict=True):
+            q.result = res
+        out.append(reqs)
+    return out[0], out[1]
 
 
 def quality(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int, batch: int,

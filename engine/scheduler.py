@@ -1,13 +1,14 @@
-"""Continuous batching: one thread owns a multi-row KV cache and decodes every active request in
-one batched forward per step.
+"""Continuous batching: one thread owns a decode loop over a multi-row KV cache and steps every
+active request in one batched forward.
 
 Between steps it drops cancelled requests, fails requests that waited too long, and admits queued
-ones (prefilling each into a free row). Active requests occupy rows 0..n-1 so the decoder works on
-views, not gathered copies: when a row frees up, the last row moves into it. Each request's events
-go to its own `Ticket`, which a thread (`iter_sync`) or an asyncio task (`get`) reads.
+ones (prefilling each into a free row, batched by similar length). The decode protocol itself
+(prefill, step, commit, absorb, finish, row moves) is the loop's (engine/decode.py); this module
+decides who runs when, and where a fault stops. Each request's events go to its own `Ticket`,
+which a thread (`iter_sync`) or an asyncio task (`get`) reads.
 
-A fault stays inside the request that caused it: if the batched forward raises, each row is
-stepped alone once so that only the rows that still fail are failed.
+A fault stays inside the request that caused it: if a batched prefill or step raises, each request
+is retried alone once so that only the ones that still fail are failed.
 """
 
 from __future__ import annotations
@@ -17,20 +18,23 @@ import itertools
 import queue
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
 from engine.api import ChatResult, Engine, Request, StreamEvent
-from engine.decode import _RowSubset, prefill_mask
+from engine.decode import Admission, DecodeLoop
+from engine.errors import EngineError
 from engine.kv_cache import KVCache
+from engine.prefix_cache import PrefixCache
 
 
-class Rejected(Exception):
+class Rejected(EngineError):
     """The scheduler cannot take a request now. `status` is the HTTP status that fits."""
 
     status = 503
+    code = "server_overloaded"
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
@@ -39,14 +43,15 @@ class Rejected(Exception):
 
 class QueueFull(Rejected):
     status = 429
+    code = "rate_limit_exceeded"
 
 
 class QueueTimeout(Rejected):
     status = 503
 
 
-class RequestCancelled(Exception):
-    pass
+class RequestCancelled(EngineError):
+    code = "cancelled"
 
 
 @dataclass
@@ -126,25 +131,6 @@ class Ticket:
 
 
 @dataclass
-class _Prefix:
-    tokens: list[int]
-    cache: KVCache
-
-
-@dataclass
-class _Plan:
-    """How one admitted request is prefilled: `k` tokens come from `source`, the rest are new."""
-
-    ticket: Ticket
-    source: KVCache | None
-    k: int
-    new_tokens: list[int]
-    from_prefix: bool = False
-    slot: int = -1
-    carry: list[int] = field(default_factory=list)  # the prompt's leftover for the first block (aligned families)
-
-
-@dataclass
 class SchedulerStats:
     submitted: int = 0
     completed: int = 0
@@ -175,17 +161,26 @@ class Scheduler:
         # step: long prompts arriving together must not stall running calls for many seconds.
         self.prefill_budget = prefill_budget
         self.prefix_entries = prefix_entries if engine.family.cache_attention in ("causal", "block") else 0
-        self.cache = engine.new_cache(batch=max_batch)
-        self.active: list[Ticket] = []  # active[i] decodes in cache row i
+        prefixes = PrefixCache(engine.family, self.prefix_entries) if self.prefix_entries else None
+        self.loop = DecodeLoop(engine, engine.new_cache(batch=max_batch), prefixes)
         self.queue: deque[Ticket] = deque()
         self.stats = SchedulerStats()
-        self._prefixes: OrderedDict[int, _Prefix] = OrderedDict()
-        self._prefix_ids = itertools.count()
+        self._tickets: dict[int, Ticket] = {}  # id(request) -> its ticket, for the requests in the loop
         self._busy_sessions: set[int] = set()
         self._cv = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
         self._step_ema_s = 0.5  # for Retry-After estimates
+
+    @property
+    def cache(self) -> KVCache:
+        """The batch KV cache (the loop's)."""
+        return self.loop.cache
+
+    @property
+    def active(self) -> list[Ticket]:
+        """The admitted tickets, in cache-row order."""
+        return [self._tickets[id(r)] for r in self.loop.rows]
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Scheduler:
@@ -256,8 +251,8 @@ class Scheduler:
                 "prefix_tokens_reused": s.prefix_tokens_reused,
                 "step_fallbacks": s.step_fallbacks,
                 "step_ms_ema": round(self._step_ema_s * 1000, 1),
-                "cache_rows": self.cache.batch,
-                "cache_capacity": self.cache.capacity,
+                "cache_rows": self.loop.cache.batch,
+                "cache_capacity": self.loop.cache.capacity,
                 "running": self._thread is not None and self._thread.is_alive(),
             }
 
@@ -291,7 +286,9 @@ class Scheduler:
             self.stats.failed += 1
             t._put(Item("error", error=e))
         self._busy_sessions.clear()
-        self._reset_rows()
+        self._tickets.clear()
+        self.loop = DecodeLoop(self.engine, self.loop.cache, self.loop.prefixes)
+        self.loop.cache.clear()
 
     def _iteration(self) -> None:
         self._drop_cancelled()
@@ -339,13 +336,12 @@ class Scheduler:
     # -- admission -------------------------------------------------------------------------------
     def _admit(self) -> None:
         """Take queued requests into free rows and prefill them, batched by similar length."""
-        plans: list[_Plan] = []
-        reference: list[Ticket] = []
+        plans: list[Admission] = []
         budget = self.prefill_budget
         with self._cv:
             self._expire_queued()
             for t in list(self.queue):
-                if len(self.active) + len(plans) >= self.max_batch or budget <= 0:
+                if len(self.loop.rows) + len(plans) >= self.max_batch or budget <= 0:
                     break
                 if not self._session_free(t):
                     continue
@@ -356,220 +352,66 @@ class Scheduler:
                         continue
                     self._busy_sessions.add(id(s))
                 self.queue.remove(t)
-                if self.engine.decoding == "reference":
-                    reference.append(t)
-                    continue
                 try:
-                    plan = self._plan(t)
+                    plan = self.loop.plan(t.req)
                 except Exception as e:
                     self._release_session(t)
                     self._fail(t, e)
                     continue
+                self._tickets[id(t.req)] = t
                 plans.append(plan)
                 budget -= len(plan.new_tokens)
-        for t in reference:
-            self._run_reference(t)
-        if not plans:
-            return
         for group in _length_groups(plans):
-            self._prefill_group(group)
+            self._admit_group(group)
 
-    def _run_reference(self, t: Ticket) -> None:
-        """Engine.decoding == "reference": the family's reference sampler decodes the request
-        alone and whole (it batches nothing and keeps no cache), then its events and result go out."""
-        req = t.req
+    def _admit_group(self, group: list[Admission]) -> None:
         try:
-            cache = req.session.cache if req.session is not None else self.engine.new_cache(capacity=16)
-            for ev in req.run_reference(cache):
-                if ev.type == "done":
-                    self.stats.completed += 1
-                    t._put(Item("done", result=ev.result))
-                else:
-                    t._put(Item("event", event=ev))
-        except Exception as e:
-            self._fail(t, e)
-        finally:
-            self._release_session(t)
-
-    def _plan(self, t: Ticket) -> _Plan:
-        """Where this request's cached tokens come from: its call's cache, a shared prefix, or none."""
-        req = t.req
-        sess = req.session
-        if sess is not None and sess.tokens and int(sess.cache.lengths[0]) > 0:
-            # the same reuse rule as Request.prefill: the call's cache, as far as it matches
-            have, source, from_prefix = sess.tokens[: int(sess.cache.lengths[0])], sess.cache, False
-        else:
-            (have, source), from_prefix = self._find_prefix(req.tokens), True
-        k = min(_common_prefix(have, req.tokens), len(req.tokens) - 1)  # >= 1 token to prefill
-        if from_prefix:
-            k = self._usable_prefix(k)
-        k, end = self.engine.decoder.split_prompt(len(req.tokens), k)
-        return _Plan(t, source if k > 0 else None, k, req.tokens[k:end], from_prefix and k > 0,
-                     carry=req.tokens[end:])
-
-    def _prefill_group(self, group: list[_Plan]) -> None:
-        """Load each plan's cached rows, then prefill the rest of every prompt in one forward."""
-        cache = self.cache
-        rows: list[_Plan] = []
-        for p in group:
-            slot = len(self.active) + len(rows)
-            try:
-                cache.lengths[slot] = 0
-                if p.source is not None:
-                    cache.load_row(slot, p.source)
-                    cache.lengths[slot] = p.k
-                p.slot = slot
-                rows.append(p)
-            except Exception as e:
-                cache.lengths[slot] = 0
-                self._release_session(p.ticket)
-                self._fail(p.ticket, e)
-        if not rows:
-            return
-        t0 = time.perf_counter()
-        # A prompt whose uncached rest all goes into its first block (aligned families) has
-        # nothing to prefill: no forward, no next-token logits.
-        fwd = [p for p in rows if p.new_tokens]
-        try:
-            logits = iter(self._prefill_forward([(p.slot, p.new_tokens) for p in fwd]) if fwd else [])
-            done = [(p, next(logits) if p.new_tokens else None) for p in rows]
+            self.loop.admit(group)
+            admitted = group
         except Exception:
-            # One bad request must not fail the others: prefill each alone, fail only what fails.
-            done = []
-            for p in rows:
+            # One bad request must not fail the others: admit each alone, fail only what fails.
+            admitted = []
+            for a in group:
                 try:
-                    lg = self._prefill_forward([(p.slot, p.new_tokens)])[0] if p.new_tokens else None
-                    done.append((p, lg))
+                    self.loop.admit([a])
+                    admitted.append(a)
                 except Exception as e:
-                    self._release_session(p.ticket)
-                    self._fail(p.ticket, e)
-        t1 = time.perf_counter()
-        eng = self.engine
-        for p, lg in done:
-            req = p.ticket.req
-            slot = len(self.active)
-            if p.slot != slot:  # a row before it failed: keep rows contiguous
-                self._move_row(p.slot, slot)
-            try:
-                req.cached_tokens = p.k
-                req.t_prefill_end, req.prefill_ms = t1, (t1 - t0) * 1000
-                req.state = eng.decoder.start(req.params, lg, row=slot, eos_ids=eng.eos_ids, carry=p.carry,
-                                              prompt_len=len(req.tokens))
-                self._remember_prefix(req.tokens, slot, p.k)
-            except Exception as e:
-                cache.lengths[slot] = 0
-                self._release_session(p.ticket)
-                self._fail(p.ticket, e)
-                continue
+                    t = self._tickets.pop(id(a.req))
+                    self._release_session(t)
+                    self._fail(t, e)
+        for a in admitted:
             self.stats.prefills += 1
-            if p.from_prefix:
+            if a.from_prefix:
                 self.stats.prefix_hits += 1
-                self.stats.prefix_tokens_reused += p.k
-            p.ticket.admitted_at = time.monotonic()
-            self.active.append(p.ticket)
-            p.ticket._put(Item("admitted"))
-
-    @torch.inference_mode()
-    def _prefill_forward(self, rows: list[tuple[int, list[int]]]) -> list[torch.Tensor]:
-        """Prefill several rows (contiguous slots) at once; each gets the logits of its next token.
-
-        Each row's tokens see the row's cache and each other as in a lone prefill; padding sees
-        only itself. The logits come from each row's own last position, one vector at a time, as
-        `BlockDecoder.prefill` computes them, so a batched prefill matches a lone one."""
-        cache, model, fam = self.cache, self.engine.model, self.engine.family
-        slots = [s for s, _ in rows]
-        t = max(len(toks) for _, toks in rows)
-        cache.ensure(int(cache.lengths[slots].max()) + t)  # grow the parent before taking views
-        view = _RowSubset(cache, slots)
-        x = torch.zeros(len(rows), t, dtype=torch.long)
-        intra = torch.zeros(len(rows), t, t, dtype=torch.bool)
-        for i, (slot, toks) in enumerate(rows):
-            n = len(toks)
-            x[i, :n] = torch.tensor(toks)
-            intra[i, :n, :n] = prefill_mask(n, fam.cache_attention, fam.block_size, int(cache.lengths[slot]))
-            idx = torch.arange(n, t)
-            intra[i, idx, idx] = True
-        mask, _ = view.mask(intra[0] if len(rows) == 1 else intra, t)
-        pos_slots = view.slots_for(t)
-        pos = pos_slots.clamp(max=model.cfg.max_seq_len - 1)
-        h = model.hidden(x, pos, mask, view, pos_slots)
-        out = []
-        for i, (slot, toks) in enumerate(rows):
-            cache.lengths[slot] += len(toks)
-            out.append(model.lm_head(h[i, len(toks) - 1]).float())
-        return out
-
-    def _move_row(self, src: int, dst: int) -> None:
-        n = int(self.cache.lengths[src])
-        self.cache.k[:, dst, :, :n] = self.cache.k[:, src, :, :n]
-        self.cache.v[:, dst, :, :n] = self.cache.v[:, src, :, :n]
-        self.cache.lengths[dst] = n
-        self.cache.lengths[src] = 0
-
-    def _find_prefix(self, tokens: list[int]) -> tuple[list[int], KVCache | None]:
-        """The stored prompt prefix (system prompt and tools) that shares the most with `tokens`."""
-        best, best_n = None, 0
-        for key, p in self._prefixes.items():
-            n = _common_prefix(p.tokens, tokens)
-            if n > best_n:
-                best, best_n = key, n
-        if best is None or self._usable_prefix(best_n) < 16:
-            return [], None
-        self._prefixes.move_to_end(best)
-        p = self._prefixes[best]
-        return p.tokens, p.cache
-
-    def _usable_prefix(self, n: int) -> int:
-        # With block-causal caches a position's K/V depend on the rest of its block: only whole
-        # blocks of a shared prefix are exactly what a fresh prefill would compute.
-        if self.engine.family.cache_attention == "block":
-            b = max(self.engine.family.block_size, 1)
-            return n // b * b
-        return n
-
-    def _remember_prefix(self, tokens: list[int], slot: int, reused: int) -> None:
-        if not self.prefix_entries or len(tokens) - reused < 32:
-            return  # nothing new worth keeping
-        # The last prompt token is re-fed on a hit, so keep one short (and never more than the
-        # row holds: aligned families keep the prompt's leftover out of the cache).
-        n = min(len(tokens) - 1, int(self.cache.lengths[slot]))
-        for p in self._prefixes.values():
-            if _common_prefix(p.tokens, tokens) >= n * 0.9:
-                return
-        pc = KVCache(*_dims(self.cache), capacity=n, dtype=self.cache.dtype,
-                     max_capacity=self.cache.max_capacity)
-        pc.k[:, 0] = self.cache.k[:, slot, :, :n]
-        pc.v[:, 0] = self.cache.v[:, slot, :, :n]
-        pc.lengths[0] = n
-        self._prefixes[next(self._prefix_ids)] = _Prefix(list(tokens[:n]), pc)
-        while len(self._prefixes) > self.prefix_entries:
-            self._prefixes.popitem(last=False)
+                self.stats.prefix_tokens_reused += a.k
+            t = self._tickets[id(a.req)]
+            t.admitted_at = time.monotonic()
+            t._put(Item("admitted"))
 
     # -- decoding --------------------------------------------------------------------------------
     def _step(self) -> None:
-        states = [t.req.state for t in self.active if not t.req.state.done]
-        if not states:
+        n = sum(not r.state.done for r in self.loop.rows)
+        if not n:
             return
         self.stats.steps += 1
-        self.stats.rows_stepped += len(states)
-        self.stats.batch_hist[len(states)] = self.stats.batch_hist.get(len(states), 0) + 1
+        self.stats.rows_stepped += n
+        self.stats.batch_hist[n] = self.stats.batch_hist.get(n, 0) + 1
         try:
-            self.engine.decoder.step(self.cache, states)
+            self.loop.step()
         except Exception:
             # Find the row(s) at fault: step each alone; the others lose nothing but time.
             self.stats.step_fallbacks += 1
             for t in list(self.active):
-                st = t.req.state
-                if st.done:
+                if t.req.state.done:
                     continue
                 try:
-                    self.engine.decoder.step(self.cache, [st])
+                    self.loop.step(only=[t.req])
                 except Exception as e:
                     self._remove(t, e)
 
     def _absorb(self, t: Ticket) -> None:
         try:
-            events = t.req.absorb()
+            events = self.loop.absorb(t.req)
             for ev in events:
                 t._put(Item("event", event=ev))
             if t.req.state.done:
@@ -578,16 +420,13 @@ class Scheduler:
             self._fail(t, e)
 
     def _finish(self, t: Ticket) -> None:
-        req = t.req
-        slot = req.state.row
-        for ev in req.absorb():
+        events, result = self.loop.finish(t.req)
+        for ev in events:
             t._put(Item("event", event=ev))
-        if req.session is not None:
-            self.cache.extract_row(slot, req.session.cache)
-            result = req.finish(req.session.cache)
-        else:
-            result = req.finish(_RowSubset(self.cache, [slot]))
-        self._remove(t)
+        self._tickets.pop(id(t.req), None)
+        self._release_session(t)
+        with self._cv:
+            self._cv.notify_all()
         self.stats.completed += 1
         t._put(Item("done", result=result))
 
@@ -598,21 +437,10 @@ class Scheduler:
                 self._remove(t, RequestCancelled("cancelled"), count=False)
 
     def _remove(self, t: Ticket, error: BaseException | None = None, count: bool = True) -> None:
-        """Take `t` out of the batch; keep rows 0..n-1 contiguous by moving the last row down."""
-        i = self.active.index(t)
-        last = len(self.active) - 1
-        if i != last:
-            moved = self.active[last]
-            n = int(self.cache.lengths[last])
-            # pending tokens sit beyond the committed length only in K/V written by the next pass,
-            # so copying the committed part is the whole state of the row
-            self.cache.k[:, i, :, :n] = self.cache.k[:, last, :, :n]
-            self.cache.v[:, i, :, :n] = self.cache.v[:, last, :, :n]
-            self.cache.lengths[i] = n
-            moved.req.state.row = i
-            self.active[i] = moved
-        self.active.pop()
-        self.cache.lengths[last] = 0
+        """Take `t` out of the batch (the loop keeps its rows contiguous)."""
+        if t.req in self.loop.rows:
+            self.loop.remove(t.req)
+        self._tickets.pop(id(t.req), None)
         self._release_session(t)
         if error is not None:
             if count:
@@ -622,7 +450,7 @@ class Scheduler:
             self._cv.notify_all()
 
     def _fail(self, t: Ticket, e: BaseException) -> None:
-        if t in self.active:
+        if t.req in self.loop.rows:
             self._remove(t, e)
         else:
             self.stats.failed += 1
@@ -634,10 +462,6 @@ class Scheduler:
             self._busy_sessions.discard(id(s))
             s.lock.release()
 
-    def _reset_rows(self) -> None:
-        self.active.clear()
-        self.cache.lengths.zero_()
-
     def _shutdown(self) -> None:
         err = Rejected("the server is shutting down", retry_after=5)
         for t in list(self.active):
@@ -648,10 +472,10 @@ class Scheduler:
             self.queue.clear()
 
 
-def _length_groups(plans: list[_Plan]) -> list[list[_Plan]]:
+def _length_groups(plans: list[Admission]) -> list[list[Admission]]:
     """Split prefills into groups whose padded size wastes little: sorted by length, a group
     grows while its padded tokens stay within 1.5x of its real tokens."""
-    groups: list[list[_Plan]] = []
+    groups: list[list[Admission]] = []
     for p in sorted(plans, key=lambda p: -len(p.new_tokens)):
         g = groups[-1] if groups else None
         if g is not None:
@@ -662,17 +486,3 @@ def _length_groups(plans: list[_Plan]) -> list[list[_Plan]]:
                 continue
         groups.append([p])
     return groups
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _dims(cache: KVCache) -> tuple[int, int, int, int]:
-    n_layers, _, n_kv, head_dim = cache.shape
-    return n_layers, 1, n_kv, head_dim

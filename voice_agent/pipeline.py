@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loguru import logger
-from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.frames.frames import TTSSpeakFrame
 from pipecat.observers.base_observer import BaseObserver
@@ -47,6 +46,8 @@ from voice_agent.scenarios import Scenario, load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 from voice_agent.services.stt import LocalWhisperSTTService
 from voice_agent.services.tts import make_tts
+from voice_agent.services.turn_stop import HoldOnSpeechStopStrategy
+from voice_agent.services.vad import PauseAwareSileroVAD
 
 PipelineOptions = CallOptions  # the name the entry points used before CallOptions
 
@@ -93,7 +94,8 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     effort = options.reasoning_effort or scenario.reasoning_effort
     backends = tool_backends if tool_backends is not None else [clinic_db(options.db_path)]
 
-    stt = LocalWhisperSTTService(stt_model=options.stt_model, cpu_threads=options.stt_threads)
+    stt = LocalWhisperSTTService(stt_model=options.stt_model, cpu_threads=options.stt_threads,
+                                 window=options.stt_window, early=options.early_stt)
     llm = EngineLLMService(
         brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
         max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(*backends),
@@ -101,10 +103,11 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir)
 
     context = LLMContext(messages=[], tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext()
-    vad = SileroVADAnalyzer(params=VADParams(confidence=options.vad_confidence, start_secs=options.vad_start_secs,
-                                             stop_secs=options.vad_stop_secs, min_volume=options.vad_min_volume))
+    vad = PauseAwareSileroVAD(params=VADParams(confidence=options.vad_confidence, start_secs=options.vad_start_secs,
+                                               stop_secs=options.vad_stop_secs, min_volume=options.vad_min_volume))
+    vad.add_listener(stt)  # pauses and resumptions: the STT starts on the first silent frame
     aggregators = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
-        vad_analyzer=vad, user_turn_strategies=_turn_strategies(options)))
+        vad_analyzer=vad, user_turn_strategies=_turn_strategies(options, vad)))
 
     pipeline = Pipeline([
         transport.input(), stt, aggregators.user(), llm, tts, *options.extra_processors,
@@ -125,19 +128,25 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
 
     logger.info(f"pipeline: scenario={scenario.name} model={brain.model_name}"
                 f"{f' at {options.llm_url}' if options.llm_url else ''} reasoning_effort={effort} "
-                f"stt={options.stt_model} tts={options.tts} smart_turn={options.smart_turn} "
+                f"stt={options.stt_model} ({options.stt_window} window, early={options.early_stt}) "
+                f"tts={options.tts} smart_turn={options.smart_turn} "
                 f"vad_stop_secs={options.vad_stop_secs}")
     return CallPipeline(task=task, pipeline=pipeline, llm=llm, context=context, aggregators=aggregators,
                         stt=stt, tts=tts, transport=transport, scenario=scenario, options=options)
 
 
-def _turn_strategies(options: PipelineOptions) -> UserTurnStrategies:
+def _turn_strategies(options: PipelineOptions, vad: PauseAwareSileroVAD | None = None) -> UserTurnStrategies:
+    """The turn strategies of a call; `vad` (the call's analyzer) lets the stop hold for speech."""
     start = [VADUserTurnStartStrategy(enable_interruptions=options.allow_interruptions),
              TranscriptionUserTurnStartStrategy(enable_interruptions=options.allow_interruptions)]
     if options.smart_turn:
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    elif options.hold_on_speech and vad is not None:
+        # A caller going on after a pause is confirmed start_secs late: let the VAD decide first.
+        stop = [HoldOnSpeechStopStrategy(vad=vad, max_hold_s=options.vad_start_secs + 0.05,
+                                         user_speech_timeout=options.user_speech_timeout)]
     else:
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=options.user_speech_timeout)]
     return UserTurnStrategies(start=start, stop=stop)

@@ -126,7 +126,7 @@ def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
 
 
 async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
-                    opts: ReplayOptions, turns_bar: Any, db: Any, today: dt.date | None) -> tuple[Any, Any]:
+                    opts: ReplayOptions, turns_bar: Any, db: Any, today: dt.date | None) -> tuple[Any, Any, Any]:
     from pipecat.workers.runner import WorkerRunner
 
     from voice_agent.latency.observer import TurnLatencyObserver
@@ -175,7 +175,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     run.result()
     observer.finish()
     transport.input_lag_s = probe.lags_s
-    return observer, transport
+    return observer, transport, built.stt.stats
 
 
 # --- one call ----------------------------------------------------------------------------------
@@ -258,8 +258,8 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     t_wall = time.monotonic()
     try:
         db, today = call_clinic(db_path, meta)
-        observer, transport = await _run_call(path, audio.samples, segments, scenario, engine, opts, turns_bar,
-                                              db, today)
+        observer, transport, stt_stats = await _run_call(path, audio.samples, segments, scenario, engine, opts,
+                                                         turns_bar, db, today)
     except Exception as e:  # one call failing must not stop the batch
         logger.exception(f"replay of {path} failed")
         entry["error"] = f"{path}: replay failed: {type(e).__name__}: {e}"
@@ -270,6 +270,7 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
             turns_bar.close()
     entry["wall_s"] = round(time.monotonic() - t_wall, 2)
     entry["skipped_silence_s"] = round(transport.clock.skipped_s, 2)
+    entry["stt"] = {"window": opts.stt_window, "early": opts.early_stt, **stt_stats.as_dict()}
     lag = distribution(x * 1000 for x in getattr(transport, "input_lag_s", []))
     entry["input_lag_ms"] = {k: lag[k] for k in ("n", "p50", "p95", "max")}
     if lag["p95"] is not None and lag["p95"] > MAX_INPUT_LAG_MS:
@@ -351,6 +352,9 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "mode": "fast" if opts.fast else "realtime",
                             "scenario": scenario.name,
                             "stt_model": opts.stt_model,
+                            "stt_window": opts.stt_window,
+                            "early_stt": opts.early_stt,
+                            "stt": _stt_totals(calls),
                             "command": " ".join(["voice-agent", "replay", *sys.argv[2:]]) if sys.argv[1:2] == ["replay"]
                             else " ".join(sys.argv),
                             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -371,6 +375,15 @@ def _served_model(calls: list[dict], opts: ReplayOptions) -> str:
                 if m.get("model"):
                     return str(m["model"])
     return opts.llm_model or "(the server's)"
+
+def _stt_totals(calls: list[dict]) -> dict[str, int]:
+    """The calls' STT counters added up (segments, early passes used / dropped, 30 s fallbacks)."""
+    totals: dict[str, int] = {}
+    for c in calls:
+        for k, v in (c.get("stt") or {}).items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+    return totals
 
 
 def print_summary(report: dict, out_dir: Path) -> None:

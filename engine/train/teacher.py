@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from engine.api import Engine
 from engine.chat_format import THINK_CLOSE, tool_call_text
-from engine.decode import DecodeParams, _RowSubset
+from engine.sequence import DecodeParams
 from engine.train.prompts import read_jsonl, tools_for, write_jsonl
 
 
@@ -82,20 +82,15 @@ def generate(eng: Engine, samples: list[dict], max_new: int = 48, batch: int = 1
         chat = [s for s in chunk if not s.get("tool_call")]
         texts: dict[str, tuple[str, bool]] = {}
         if chat:
-            cache = eng.new_cache(batch=len(chat), capacity=1024)
-            states = []
-            for row, s in enumerate(chat):
+            reqs = []
+            for s in chat:
                 prompt, prefix = prompt_and_prefix(eng, s)
                 ids = tok.encode(prompt + prefix, add_special_tokens=False).ids
-                view = _RowSubset(cache, [row])
-                logits = eng.decoder.prefill(view, ids)
                 params = DecodeParams(block_size=1, threshold=1.0, max_steps_per_block=1, max_tokens=max_new)
-                states.append(eng.decoder.start(params, logits, row=row, eos_ids=eng.eos_ids))
-            while not all(st.done for st in states):
-                eng.decoder.step(cache, states)
-            for s, st in zip(chat, states, strict=True):
-                n_tok += len(st.generated)
-                texts[s["id"]] = (tok.decode(st.generated, skip_special_tokens=True), st.finish_reason == "stop")
+                reqs.append(eng.request_for_tokens(ids, params))
+            for s, q, res in zip(chat, reqs, eng.generate(reqs), strict=True):
+                n_tok += len(q.state.generated)
+                texts[s["id"]] = (res.raw_text, q.state.finish_reason == "stop")
         for s in chunk:
             prompt, prefix = prompt_and_prefix(eng, s)
             if s.get("tool_call"):

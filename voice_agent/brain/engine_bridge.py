@@ -65,17 +65,15 @@ class EngineBrain(Brain):
 
 
 def engine_error(e: Exception) -> BrainError:
-    """The engine's exception as a BrainError with a code."""
+    """The engine's exception as a BrainError, decided on the engine's `code`."""
     if isinstance(e, BrainError):
         return e
     from engine import EngineInputError
 
-    text = str(e)
     if isinstance(e, EngineInputError):
-        # The engine says it in words only (engine/api.py); the code is given here, in one place.
-        code = BrainError.CONTEXT_TOO_LONG if text.startswith("context too long") else BrainError.INVALID_REQUEST
-        return BrainError(code, text)
-    return BrainError(BrainError.ENGINE_ERROR, f"{type(e).__name__}: {text}")
+        code = BrainError.CONTEXT_TOO_LONG if e.code == BrainError.CONTEXT_TOO_LONG else BrainError.INVALID_REQUEST
+        return BrainError(code, str(e))
+    return BrainError(BrainError.ENGINE_ERROR, f"{type(e).__name__}: {e}")
 
 
 def _event(ev: Any) -> TurnEvent:

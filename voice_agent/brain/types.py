@@ -30,7 +30,7 @@ class BrainError(Exception):
     """A turn the brain could not answer. `code` is stable (for programs and logs); the message
     says what happened and what to check."""
 
-    CONTEXT_TOO_LONG = "context_length_exceeded"
+    CONTEXT_TOO_LONG = "context_length_exceeded"  # the engine's code and OpenAI's, the same string
     INVALID_REQUEST = "invalid_request"      # the request itself is wrong (effort, tools, sizes)
     UNREACHABLE = "llm_unreachable"          # no connection to --llm-url
     TIMEOUT = "llm_timeout"

@@ -90,6 +90,9 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "answered": tl.answered,
         "interrupted": tl.interrupted,
         "late_transcript": tl.late_transcript,
+        "false_cutoffs": tl.false_cutoffs,
+        "stt_cutoffs": tl.stt_cutoffs,
+        "cut_off_text": tl.cut_off_text,
         "e2e_ms": e2e,
         "ttft_ms": _num(first.get("ttft_ms")),
         "ttfat_ms": ttfat,
@@ -110,6 +113,7 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "breakdown": parts,
         "timeline_s": {k: (None if v is None else round(v, 3)) for k, v in _moments(tl, true_end).items()},
         "engine": tl.engine,
+        "cut_off_engine": tl.cut_off_engine,
     }
     return record
 
@@ -178,6 +182,10 @@ def summarize(calls: list[dict], *, budget_ms: float, model: str, reasoning_effo
         "turns": len(turns),
         "scored_turns": len(scored),
         "answered_turns": sum(1 for t in scored if t["e2e_ms"] is not None),
+        # caller turns the pipeline ended at a pause inside them (the caller went on): each one is
+        # still one turn in this report, measured from the end of the whole turn
+        "false_cutoffs": sum(int(t.get("false_cutoffs") or 0) for t in turns),
+        "stt_cutoffs": sum(int(t.get("stt_cutoffs") or 0) for t in turns),  # ended before the transcript came
         "budget_ms": budget_ms,
         "budget_pass_rate": round(passed / len(scored), 4) if scored else None,
         "ttfat_budget_pass_rate": round(ttfat_passed / len(scored), 4) if scored else None,

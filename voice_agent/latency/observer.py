@@ -5,7 +5,8 @@ Moments recorded per user turn (seconds on the observer's clock):
 - `user_started`       UserStartedSpeakingFrame (the turn opened)
 - `vad_stopped`        the last VADUserStoppedSpeakingFrame before the LLM request
 - `turn_stopped`       UserStoppedSpeakingFrame (the turn strategy decided the caller is done)
-- `transcript_final`   the last TranscriptionFrame before the LLM request
+- `transcript_final`   the STT's last result before the LLM request: a TranscriptionFrame, or the
+                       end of a segment that gave no words (the STT's processing metric)
 - `llm_request`        the first LLMContextFrame to reach the LLM service in the turn
 - `first_token`        llm_request + the engine's ttft_ms (reasoning is never pushed as frames)
 - `first_answer_token` the first LLMTextFrame from the LLM service (after reasoning and tools)
@@ -16,6 +17,13 @@ Moments recorded per user turn (seconds on the observer's clock):
 - `bot_started`        BotStartedSpeakingFrame from the output transport
 - `first_bot_audio`    the first bot audio chunk the output transport wrote
 - `bot_stopped`        BotStoppedSpeakingFrame
+
+A caller turn is never split. When the pipeline ends a turn at a pause inside it (it asked the LLM
+for an answer) and the caller goes on within `TURN_PAUSE_MAX_S` of their last word, or a transcript
+of words spoken before that request opens a new pipeline turn, the observer keeps ONE turn: it
+counts a false cut-off (`stt_cutoffs` instead when the turn had no pause: it ended before its
+transcript came), keeps the cut-off answer's text and engine metrics aside, and measures the
+answer to the whole turn from its end.
 
 The engine's own metrics arrive in the LLM service's `EngineMetricsFrame` (one per engine call;
 a tool call makes two calls in one turn) and are kept per turn. `voice_agent.latency.turns`
@@ -49,13 +57,14 @@ from pipecat.frames.frames import (
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
-from pipecat.metrics.metrics import TTFBMetricsData
+from pipecat.metrics.metrics import ProcessingMetricsData, TTFBMetricsData
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.services.llm_service import LLMService
+from pipecat.services.stt_service import STTService
 from pipecat.services.tts_service import TTSService
 from pipecat.transports.base_output import BaseOutputTransport
 
-from voice_agent.latency.timeline import TurnTimeline
+from voice_agent.latency.timeline import TURN_PAUSE_MAX_S, TurnTimeline
 
 # Frames that say nothing about the conversation moving on; everything else counts as activity
 # when deciding whether the pipeline is idle.
@@ -63,6 +72,9 @@ _PASSIVE = (InputAudioRawFrame, MetricsFrame)
 # A turn that ended but never reached the LLM counts as in flight at most this long: the
 # aggregator drops turns whose transcript came back empty.
 ANSWER_WAIT_S = 10.0
+# What a false cut-off starts over: the moments of the answer to the turn.
+_ANSWER_MOMENTS = ("turn_stopped", "llm_request", "first_token", "first_answer_token", "first_speakable",
+                   "tts_request", "tts_first_audio", "bot_started", "first_bot_audio", "bot_stopped", "tts_ttfb_ms")
 
 
 class TurnLatencyObserver(BaseObserver):
@@ -90,6 +102,8 @@ class TurnLatencyObserver(BaseObserver):
         self._last_activity = clock()
         self._reported: set[int] = set()
         self._vad_start: float | None = None  # a VAD speech start not yet claimed by a turn
+        self._vad_onset: float | None = None  # ... minus the VAD's start wait: when the speech began
+        self._vad_speaking = False  # the aggregator pushes two copies of each VAD event: count one
         self._last_vad_stop: tuple[float, float | None] | None = None
         self._late_text: tuple[str, float] | None = None  # (text, arrival) after the LLM request
 
@@ -139,13 +153,24 @@ class TurnLatencyObserver(BaseObserver):
         src = data.source
         turn = self.current
         if isinstance(frame, VADUserStartedSpeakingFrame):
-            self._vad_start = now
+            if self._vad_speaking:
+                return
+            self._vad_speaking = True
+            if self._user_speaking and self.turns:
+                self._vad_start = None  # the caller went on inside the open turn: it is this turn's speech
+            else:
+                self._vad_start, self._vad_onset = now, now - float(getattr(frame, "start_secs", 0.0) or 0.0)
         elif isinstance(frame, UserStartedSpeakingFrame):
             self._user_speaking = True
             voiced, self._vad_start = self._vad_start, None
             if voiced is None and self.turns and turn.llm_request is None:
-                # A turn opened by a transcript with no new speech: the STT answered after the
-                # turn strategy gave up on it. Same caller words, same turn.
+                # A turn opened by a transcript with no new speech: the STT answered after the turn
+                # strategy gave up on it. Same caller words, same turn.
+                return
+            if self.turns and self._continues(turn, voiced):
+                # Words from before the request with no pause in the turn: the turn ended before its
+                # transcript came (Pipecat's 5 s stop watchdog on a slow STT), not at a pause.
+                self._cut_off(turn, by_pause=voiced is not None or turn.vad_segments > 1)
                 return
             if turn.llm_request is not None and not turn.answered:
                 turn.interrupted = True
@@ -165,10 +190,14 @@ class TurnLatencyObserver(BaseObserver):
                 new.user_text, new.transcript_final = late
             self.turns.append(new)
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            if not self._vad_speaking:
+                return
+            self._vad_speaking = False
             self._last_vad_stop = (now, getattr(frame, "stop_secs", None))
             if self.turns and turn.llm_request is None:
                 turn.vad_stopped = now
                 turn.vad_stop_secs = getattr(frame, "stop_secs", None)
+                turn.vad_segments += 1
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._user_speaking = False
             if self.turns and turn.turn_stopped is None:
@@ -187,6 +216,11 @@ class TurnLatencyObserver(BaseObserver):
                 # spoken in, marked late: they did not delay its answer.
                 prev = self._late_text
                 self._late_text = (f"{prev[0]} {text}" if prev else text, now)
+        elif isinstance(frame, MetricsFrame) and isinstance(src, STTService):
+            # The STT finished a segment, with or without words: the transcript is as final as it gets.
+            if (any(isinstance(m, ProcessingMetricsData) for m in frame.data) and self.turns
+                    and turn.llm_request is None and turn.vad_stopped is not None):
+                turn.transcript_final = now
         elif isinstance(frame, LLMFullResponseStartFrame) and isinstance(src, LLMService):
             self._llm_inflight += 1
         elif isinstance(frame, LLMFullResponseEndFrame) and isinstance(src, LLMService):
@@ -207,11 +241,14 @@ class TurnLatencyObserver(BaseObserver):
             metrics = dict(getattr(frame, "metrics", {}) or {})
             # The frame comes when the engine call ends; it belongs to the turn it started in.
             started = now - float(metrics.get("total_ms") or 0.0) / 1000
-            owner = next((t for t in reversed(self.turns) if t.llm_request is not None
-                          and t.llm_request <= started + 0.05), turn)
-            owner.engine.append(metrics)
-            if owner.first_token is None and owner.llm_request is not None and metrics.get("ttft_ms") is not None:
-                owner.first_token = max(started, owner.llm_request) + float(metrics["ttft_ms"]) / 1000
+            owner = next((t for t in reversed(self.turns)
+                          if any(r <= started + 0.05 for r in t.llm_requests)), turn)
+            if owner.llm_request is None or started + 0.05 < owner.llm_request:
+                owner.cut_off_engine.append(metrics)  # a call for an answer that was cut off
+            else:
+                owner.engine.append(metrics)
+                if owner.first_token is None and metrics.get("ttft_ms") is not None:
+                    owner.first_token = max(started, owner.llm_request) + float(metrics["ttft_ms"]) / 1000
             reasoning = getattr(frame, "reasoning", None) or getattr(src, "last_reasoning", "")
             if reasoning:
                 owner.reasoning = f"{owner.reasoning}\n{reasoning}".strip()
@@ -249,6 +286,38 @@ class TurnLatencyObserver(BaseObserver):
             if turn.bot_started is not None:
                 turn.bot_stopped = now
 
+    def _continues(self, turn: TurnTimeline, voiced: float | None) -> bool:
+        """Does a new pipeline turn carry on the caller's current one? Only once an answer was asked
+        for (else the pipeline had not ended it) and before the caller heard a whole answer: a
+        transcript of words spoken before that request, or speech that began within
+        TURN_PAUSE_MAX_S of the caller's last word."""
+        if turn.index < 0 or turn.llm_request is None or turn.bot_stopped is not None:
+            return False
+        if voiced is None:
+            return True
+        if turn.vad_stopped is None or self._vad_onset is None:
+            return False
+        return self._vad_onset - (turn.vad_stopped - (turn.vad_stop_secs or 0.0)) < TURN_PAUSE_MAX_S
+
+    def _cut_off(self, turn: TurnTimeline, by_pause: bool) -> None:
+        """The pipeline ended this turn too early: count it, set the cut-off answer aside, and wait
+        for the answer to the whole turn."""
+        if by_pause:
+            turn.false_cutoffs += 1
+        else:
+            turn.stt_cutoffs += 1
+        turn.cut_off_text = f"{turn.cut_off_text} {turn.bot_text}".strip()
+        turn.bot_text = ""
+        turn.cut_off_engine += turn.engine
+        turn.engine = []
+        for moment in _ANSWER_MOMENTS:
+            setattr(turn, moment, None)
+        if self._late_text is not None:
+            # Words that came after the cut-off request are asked about in the next one: not late.
+            text, at = self._late_text
+            turn.user_text, turn.transcript_final = f"{turn.user_text} {text}".strip(), at
+            self._late_text = None
+
     def _flush_late_text(self) -> None:
         if self._late_text is not None and self.turns:
             turn = self.current
@@ -260,6 +329,7 @@ class TurnLatencyObserver(BaseObserver):
         self._last_activity = now
         self._flush_late_text()
         turn = self.current
+        turn.llm_requests.append(now)
         if turn.llm_request is None:
             turn.llm_request = now
         turn.llm_calls += 1

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The longest pause inside one caller turn: speech that resumes sooner continues the turn (the
+# observer's false cut-offs, and the recording's utterances in truth.py).
+TURN_PAUSE_MAX_S = 1.0
+
 
 @dataclass
 class TurnTimeline:
@@ -36,6 +40,15 @@ class TurnTimeline:
     llm_calls: int = 0
     interrupted: bool = False  # the caller spoke again before this turn's answer finished
     late_transcript: bool = False  # some of user_text arrived after the LLM request
+    # The pipeline ended this caller turn at a pause inside it and the caller went on: each time,
+    # the answer moments start over (the caller waits for the answer to the whole turn), and what
+    # the cut-off answers said and cost is kept here, out of the turn's numbers.
+    false_cutoffs: int = 0
+    stt_cutoffs: int = 0  # the same, but with no pause in the turn: it ended before its transcript came
+    vad_segments: int = 0  # VAD stops while the turn was open: more than one means a pause inside it
+    llm_requests: list[float] = field(default_factory=list)  # every LLM request of the turn, cut-offs' too
+    cut_off_text: str = ""
+    cut_off_engine: list[dict] = field(default_factory=list)
 
     @property
     def answered(self) -> bool:

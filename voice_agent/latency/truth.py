@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from voice_agent.latency.timeline import TURN_PAUSE_MAX_S
+
 SAMPLE_RATE = 16000
 
 
@@ -45,7 +47,7 @@ def speech_segments(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> list
     return [Segment(s["start"] / SAMPLE_RATE, s["end"] / SAMPLE_RATE) for s in stamps]
 
 
-def utterances(segments: list[Segment], max_gap_s: float = 1.0) -> list[Segment]:
+def utterances(segments: list[Segment], max_gap_s: float = TURN_PAUSE_MAX_S) -> list[Segment]:
     """Segments joined across pauses shorter than `max_gap_s`: roughly one per caller turn."""
     out: list[Segment] = []
     for seg in segments:

@@ -1,0 +1,50 @@
+"""Who sees whom among the new tokens of one pass, and which outputs of a pass are read.
+
+Pure functions on host tensors: the runner turns them into device tensors once per layout.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def prefill_mask(n: int, cache_attention: str, block_size: int, start: int) -> torch.Tensor:
+    """Visibility among `n` clean tokens written at absolute position `start`."""
+    if cache_attention == "causal":
+        return torch.ones(n, n, dtype=torch.bool).tril()
+    if cache_attention == "full":
+        return torch.ones(n, n, dtype=torch.bool)
+    blk = (torch.arange(n) + start) // max(block_size, 1)
+    return blk[None, :] <= blk[:, None]
+
+
+def intra_mask(n_pending: int, n_block: int, cache_attention: str, block_size: int,
+               start: int | None = None) -> torch.Tensor:
+    """Visibility among one row's new tokens: pending (clean) tokens, then the noisy block.
+
+    With `start` (the pending tokens' absolute position) a "block" cache sees them block-causally
+    at absolute multiples of `block_size`, as a prefill would; without it, all of them at once."""
+    t = n_pending + n_block
+    m = torch.zeros(t, t, dtype=torch.bool)
+    if n_pending:
+        if cache_attention == "causal":
+            m[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+        elif cache_attention == "block" and start is not None:
+            m[:n_pending, :n_pending] = prefill_mask(n_pending, "block", block_size, start)
+        else:
+            m[:n_pending, :n_pending] = True
+    m[n_pending:, :] = True  # the block sees the pending tokens and itself, bidirectionally
+    return m
+
+
+def read_positions(n: int, n_block: int, token_shift: bool) -> range:
+    """The outputs of a row's pass whose predictions are read: the last pending token (it predicts
+    what follows the cache) and those that predict block positions (one left under token shift).
+    `n` counts the row's tokens without the masked window, `n_block` the block without it."""
+    if not n_block:
+        return range(n - 1, n)
+    last = n - 2 if token_shift else n - 1
+    return range(max(n - n_block - 1, 0), last + 1)
+
+
+__all__ = ["intra_mask", "prefill_mask", "read_positions"]

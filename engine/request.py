@@ -1,0 +1,158 @@
+"""One chat turn in flight, on the text side: its prompt, its decode state (a `Sequence`), and the
+text it produced so far.
+
+The decode loop (engine/decode.py) prefills it, steps its sequence and calls `absorb` after each
+step; `absorb` turns newly final tokens into events and applies the text rules (tag repair and
+schema-guided tool calls, stop strings, the thinking budget) through the sequence's methods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from engine.block_rewrite import rewrite_finished_block
+from engine.chat_format import OutputParser
+from engine.results import ChatResult, StreamEvent
+from engine.sequence import DecodeParams, Sequence
+from engine.tool_guide import ToolCallGuide
+from engine.tools import parse_tool_calls
+
+if TYPE_CHECKING:
+    from engine.api import Engine
+    from engine.session import Session
+
+
+class Request:
+    def __init__(self, engine: Engine, messages, tools, tokens: list[int], params: DecodeParams,
+                 thinking_budget: int, thinking: bool, prefix: str, stops: list[str], session: Session | None,
+                 effort: str) -> None:
+        self.engine, self.messages, self.tools, self.tokens = engine, messages, tools, tokens
+        self.params, self.thinking_budget, self.thinking = params, thinking_budget, thinking
+        self.prefix, self.stops, self.session, self.effort = prefix, stops, session, effort
+        self.parser = OutputParser(in_reasoning=thinking)
+        if prefix:  # a forced tool call: the prompt already opened <tool_call>, so the output is its body
+            self.parser.mode = "tool"
+        self.state: Sequence | None = None
+        self.t0 = time.perf_counter()
+        self.t_prefill_end = 0.0
+        self.prefill_ms = 0.0
+        self.cached_tokens = 0
+        self.text = ""
+        self.ttft_ms: float | None = None
+        self.ttfat_ms: float | None = None
+        self.reasoning_closed = not thinking
+        self.stopped_by_string = False
+        # Repair mangled control tags and keep tool calls in their schemas (engine/block_rewrite.py).
+        self.guided = engine.guided_tools
+        self.guide: ToolCallGuide | None = None
+
+    def _ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000
+
+    # -- driven by the decode loop -------------------------------------------------------------------
+    def begin(self, seq: Sequence, cached_tokens: int, t_prefill_start: float, t_prefill_end: float) -> None:
+        """The prompt is prefilled (its first `cached_tokens` came from a cache) and `seq` decodes it."""
+        self.state = seq
+        self.cached_tokens = cached_tokens
+        self.t_prefill_end = t_prefill_end
+        self.prefill_ms = (t_prefill_end - t_prefill_start) * 1000
+
+    def run_alone(self) -> Iterator[StreamEvent]:
+        """Decode this request by itself (Engine.run; Engine.stream also holds the session's lock)."""
+        return self.engine.run(self)
+
+    def absorb(self) -> list[StreamEvent]:
+        """Turn newly final tokens into events; apply stop strings and the thinking budget."""
+        st = self.state
+        if not st.new_final:
+            return []
+        if self.guided:
+            rewrite_finished_block(self)
+        if self.ttft_ms is None:
+            self.ttft_ms = self._ms()
+        tok = self.engine.tokenizer
+        full = tok.decode(st.generated, skip_special_tokens=True)
+        delta, self.text = full[len(self.text):], full
+        final = st.done
+        for s in self.stops:
+            cut = self.text.find(s)
+            if cut >= 0:
+                delta = delta[: max(0, len(delta) - (len(self.text) - cut))]
+                self.text = self.text[:cut]
+                st.stop()
+                final = True
+                self.stopped_by_string = True
+        events = [StreamEvent(kind, text, self._ms()) for kind, text in self.parser.feed(delta, final=final)]
+        if not self.reasoning_closed and self.parser.mode != "reasoning":
+            self.reasoning_closed = True
+        if self.ttfat_ms is None and any(e.type == "answer" for e in events):
+            self.ttfat_ms = events[0].t_ms
+        if (not self.reasoning_closed and not st.done and st.steps_in_block == 0
+                and len(st.generated) >= self.thinking_budget):
+            # The thinking budget is spent: close the thought and make the model answer.
+            st.force(tok.encode("\n</think>\n\n", add_special_tokens=False).ids)
+            self.reasoning_closed = True
+        return events
+
+    def abandon(self) -> None:
+        """A turn stopped early (barge-in, disconnect, error): record what the call's cache really
+        holds, so its next turn reuses the prompt and re-prefills only what differs."""
+        if self.session is None:
+            return
+        generated = self.state.generated if self.state is not None else []
+        self.session.record(self.tokens + generated, self.messages)
+
+    def finish(self) -> ChatResult:
+        """Build the result and record the turn in the session (whose cache already holds it)."""
+        st = self.state
+        tail = self.parser.feed("", final=True)
+        for kind, _ in tail:
+            if kind == "answer" and self.ttfat_ms is None:
+                self.ttfat_ms = self._ms()
+        parsed = parse_tool_calls(self.prefix + self.parser.tool_text, self.tools) if (
+            self.tools and (self.parser.tool_text or self.prefix)) else None
+        answer = self.parser.answer.strip()
+        reasoning = self.parser.reasoning.strip()
+        t_end = time.perf_counter()
+        decode_s = max(t_end - self.t_prefill_end, 1e-9)
+        n = len(st.generated)
+        tool_calls = parsed.calls if parsed else []
+        finish = "tool_calls" if tool_calls else ("stop" if st.finish_reason == "stop" else st.finish_reason or "stop")
+        metrics = {
+            "ttft_ms": round(self.ttft_ms, 2) if self.ttft_ms is not None else None,
+            "ttfat_ms": round(self.ttfat_ms, 2) if self.ttfat_ms is not None else None,
+            "prefill_ms": round(self.prefill_ms, 2),
+            "decode_ms": round(decode_s * 1000, 2),
+            "total_ms": round(self._ms(), 2),
+            "decode_tok_s": round(n / decode_s, 2),
+            # Only what the model decoded: infilled text (the tool-call skeleton) came for free.
+            "tokens_per_forward": round((n - st.infilled) / max(st.forward_passes, 1), 3),
+            "infilled_tokens": st.infilled,
+            "forward_passes": st.forward_passes,
+            "completion_tokens": n,
+            "reasoning_tokens": self.engine.count_tokens(reasoning) if reasoning else 0,
+            "prompt_tokens": len(self.tokens),
+            "cached_tokens": self.cached_tokens,
+            "block_size": self.params.block_size,
+            "threshold": self.params.threshold,
+            "reasoning_effort": self.effort,
+            "model": self.engine.model_name,
+        }
+        result = ChatResult(
+            text=answer,
+            reasoning=reasoning,
+            tool_calls=tool_calls,
+            tool_errors=parsed.errors if parsed else [],
+            finish_reason=finish,
+            metrics=metrics,
+            model=self.engine.model_name,
+            raw_text=self.text,
+        )
+        if self.session is not None:
+            self.session.record(self.tokens + st.generated, list(self.messages) + [result.message()])
+        return result
+
+
+__all__ = ["Request"]

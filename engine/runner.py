@@ -1,0 +1,141 @@
+"""The model runner: owns the weights, their precision, the device and the kernels, and runs passes.
+
+It turns a pass's rows (token lists, layouts) into tensors on the model's device, runs one forward
+over a contiguous run of cache rows, and applies the LM head only at the positions whose
+predictions are read (the vocabulary projection is ~20% of a pass). The tensors that depend only
+on a pass's layout (mask, slots, positions, read indices) are built once and reused while the
+layout holds: within a block, every denoising pass after the first has the same layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.families import Family
+from engine.kv_cache import KVCache
+from engine.masks import intra_mask, prefill_mask, read_positions
+from engine.model import Transformer
+from engine.precision import Precision
+from engine.sequence import StepInput
+
+
+@dataclass
+class StepPlan:
+    """The layout tensors of one pass over cache rows lo..hi-1 (on the device)."""
+
+    key: tuple
+    base: torch.Tensor  # the cache's K tensor the views were taken of (a grown cache needs new views)
+    lo: int
+    hi: int
+    t: int
+    view: KVCache
+    mask: torch.Tensor
+    slots: torch.Tensor
+    pos: torch.Tensor
+    flat: torch.Tensor  # indices into the [rows * t] hidden states whose logits are read
+    offsets: dict[int, tuple[int, int, int]]  # row -> (its first row in the logits, the input index that
+    # row holds, how many rows it has)
+
+
+class ModelRunner:
+    def __init__(self, model: Transformer, precision: Precision | None = None,
+                 device: torch.device | str | None = None) -> None:
+        self.precision = precision
+        self.info: dict = {}
+        if precision is not None and precision.int8_weights:
+            from engine.quant import quantize_int8
+
+            self.info["int8_linears"] = quantize_int8(model, precision.dtype)
+        self.device = torch.device(device) if device is not None else model.embed_tokens.weight.device
+        self.model = model.to(self.device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def new_cache(self, batch: int = 1, capacity: int = 512, max_capacity: int = 8192) -> KVCache:
+        cfg = self.model.cfg
+        return KVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, capacity, self.model.dtype,
+                       max_capacity=max_capacity, device=self.device)
+
+    # -- prefill ----------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, cache: KVCache, rows: list[tuple[int, list[int]]], family: Family) -> list[torch.Tensor]:
+        """Write each row's tokens into the cache (a contiguous run of rows, in order) in one forward
+        and commit them; return each row's logits for its next token.
+
+        Each row's tokens see the row's cache and each other as a lone prefill does; padding sees
+        only itself. The logits come from each row's own last position, one vector at a time, so a
+        batched prefill matches a lone one."""
+        lo, hi = rows[0][0], rows[-1][0] + 1
+        if [r for r, _ in rows] != list(range(lo, hi)):
+            raise ValueError("a prefill covers a contiguous run of rows, in order")
+        if any(not toks for _, toks in rows):
+            raise ValueError("prefill needs at least one token per row")
+        model = self.model
+        t = max(len(toks) for _, toks in rows)
+        cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
+        view = cache.rows(lo, hi)
+        x = torch.tensor([toks + [0] * (t - len(toks)) for _, toks in rows], dtype=torch.long)
+        intra = torch.zeros(len(rows), t, t, dtype=torch.bool)
+        for i, (row, toks) in enumerate(rows):
+            n = len(toks)
+            intra[i, :n, :n] = prefill_mask(n, family.cache_attention, family.block_size, int(cache.lengths[row]))
+            idx = torch.arange(n, t)
+            intra[i, idx, idx] = True
+        mask, _ = view.mask(intra[0] if len(rows) == 1 else intra, t)
+        slots = view.slots_for(t).to(self.device)
+        pos = slots.clamp(max=model.cfg.max_seq_len - 1)
+        h = model.hidden(x.to(self.device), pos, mask, view, slots)
+        out = []
+        for i, (row, toks) in enumerate(rows):
+            cache.advance(row, len(toks))
+            out.append(model.lm_head(h[i, len(toks) - 1]).float())
+        return out
+
+    # -- a decoding pass --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def plan(self, cache: KVCache, rows: list[tuple[int, StepInput]], family: Family,
+             reuse: StepPlan | None = None) -> StepPlan:
+        """The layout tensors of a pass over `rows` ((cache row, input), in the order their logits
+        come back); `reuse` is returned as it is when the layout has not changed."""
+        lo = min(r for r, _ in rows)
+        hi = max(r for r, _ in rows) + 1
+        t = max(len(inp.tokens) for _, inp in rows)
+        cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
+        key = (family, lo, hi, t, tuple(cache.lengths[lo:hi].tolist()),
+               tuple((r, len(inp.tokens), inp.n_block, inp.window) for r, inp in rows))
+        if reuse is not None and reuse.key == key and reuse.base is cache.k:
+            return reuse
+        # Rows inside the run that have nothing to do get one padding token that sees only itself.
+        view = cache.rows(lo, hi)
+        intra = torch.eye(t, dtype=torch.bool).repeat(hi - lo, 1, 1)
+        flat: list[int] = []
+        offsets: dict[int, tuple[int, int, int]] = {}
+        for r, inp in rows:
+            n = len(inp.tokens)
+            start = int(cache.lengths[r]) if family.align_blocks else None
+            intra[r - lo, :n, :n] = intra_mask(n - inp.n_block, inp.n_block, family.cache_attention,
+                                               family.block_size, start)
+            read = read_positions(n - inp.window, inp.n_block - inp.window, family.token_shift)
+            offsets[r] = (len(flat), read.start, len(read))
+            flat.extend((r - lo) * t + p for p in read)
+        mask, _ = view.mask(intra, t)
+        slots = view.slots_for(t).to(self.device)
+        pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
+        return StepPlan(key, cache.k, lo, hi, t, view, mask, slots, pos,
+                        torch.tensor(flat, dtype=torch.long, device=self.device), offsets)
+
+    @torch.inference_mode()
+    def forward(self, plan: StepPlan, rows: list[tuple[int, StepInput]]) -> torch.Tensor:
+        """One forward over the plan's rows; the logits [N, V] at the read positions, row after row."""
+        tokens = {r: inp.tokens for r, inp in rows}
+        x = torch.tensor([tokens.get(r, []) + [0] * (plan.t - len(tokens.get(r, [])))
+                          for r in range(plan.lo, plan.hi)], dtype=torch.long)
+        h = self.model.hidden(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots)
+        return self.model.lm_head(h.reshape(-1, h.shape[-1])[plan.flat]).float()
+
+
+__all__ = ["ModelRunner", "StepPlan"]

@@ -1,0 +1,255 @@
+"""One sequence's decode state, changed only through its own methods.
+
+A sequence decodes block by block. Its input to a pass is its `pending` tokens (final, not yet in
+the KV cache) followed by its current block (masks where nothing is committed yet), so writing the
+previous block is fused into the first denoising pass of the next one. After a pass the loop
+commits the pending tokens to the cache (`after_forward`) and the chosen block positions
+(`commit`); a full block becomes final (`generated`, `new_final`) and the next block opens.
+
+Block layout rules come from the family: token shift (position i is predicted at i-1), blocks at
+absolute multiples of B (`align_blocks`), the masked rest of the generation window
+(`masked_window`), sub-blocks unmasked in order and the first token at once (Fast-dLLM v2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.families import Family
+
+
+@dataclass
+class DecodeParams:
+    block_size: int
+    threshold: float
+    max_steps_per_block: int
+    max_tokens: int
+    temperature: float = 0.0
+    seed: int | None = None
+    dedup_guard: bool = True
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """A sequence's input to one pass: `tokens` = pending + block + window masks."""
+
+    tokens: list[int]
+    n_pending: int
+    n_block: int  # block positions in the input, window masks included (0: the block is not in it)
+    window: int
+
+
+class Sequence:
+    def __init__(self, params: DecodeParams, family: Family, mask_id: int, eos_ids, row: int = 0,
+                 next_logits: torch.Tensor | None = None, carry: list[int] | None = None, prompt_len: int = 0,
+                 device: torch.device | str | None = None) -> None:
+        self.params = params
+        self.family = family
+        self.mask_id = mask_id
+        self.eos_ids = frozenset(eos_ids)
+        self.row = row
+        self.next_logits = next_logits  # predicts block[0] (token-shift families)
+        self.pending: list[int] = []
+        self.block: list[int] = []
+        self.committed: list[bool] = []
+        self.steps_in_block = 0
+        self.generated: list[int] = []
+        self.new_final: list[int] = []  # tokens finalised by the last step
+        self.forced: list[int] = []  # tokens to append before the next block
+        self.done = False
+        self.finish_reason: str | None = None
+        self.forward_passes = 0
+        self.infilled = 0  # tokens the engine wrote without the model (forced text, tool-call skeleton)
+        self.banned: frozenset[int] = frozenset()  # tokens never committed (e.g. end of turn inside a tool call)
+        self.generator: torch.Generator | None = None
+        if params.temperature > 0:
+            self.generator = torch.Generator(device=device or "cpu").manual_seed(
+                params.seed if params.seed is not None else 0)
+        # Families with blocks at absolute multiples of B (Family.align_blocks): `carry` holds the
+        # prompt's leftover tokens for the first block, `prompt_len` the absolute length of the
+        # prompt, and `offset` how many leading positions of the current block are final tokens
+        # carried in (the prompt's leftover, or the tail of the previous output) rather than decoded.
+        self.carry: list[int] = list(carry or [])
+        self.prompt_len = prompt_len
+        self.offset = 0
+
+    @classmethod
+    def start(cls, params: DecodeParams, family: Family, mask_id: int, eos_ids, row: int = 0,
+              next_logits: torch.Tensor | None = None, carry: list[int] | None = None, prompt_len: int = 0,
+              device: torch.device | str | None = None) -> Sequence:
+        """A sequence right after its prompt's prefill, with its first block open."""
+        seq = cls(params, family, mask_id, eos_ids, row, next_logits, carry, prompt_len, device)
+        seq._new_block()
+        return seq
+
+    @classmethod
+    def whole(cls, params: DecodeParams, family: Family, mask_id: int, eos_ids, tokens: list[int],
+              forward_passes: int) -> Sequence:
+        """A sequence decoded elsewhere in one go (a family's reference sampler): all of it final."""
+        seq = cls(params, family, mask_id, eos_ids)
+        cut = next((i for i, t in enumerate(tokens) if t in seq.eos_ids), None)
+        seq.generated = tokens[: cut + 1] if cut is not None else tokens[: params.max_tokens]
+        seq.new_final = list(seq.generated)
+        seq.forward_passes = forward_passes
+        seq.done, seq.finish_reason = True, ("stop" if cut is not None else "length")
+        return seq
+
+    def remaining(self) -> int:
+        return self.params.max_tokens - len(self.generated)
+
+    # -- one pass -----------------------------------------------------------------------------------
+    def step_input(self) -> StepInput:
+        with_block = self._needs_block_in_input()
+        window = self._window() if with_block else 0
+        block = self.block + [self.mask_id] * window if with_block else []
+        return StepInput(self.pending + block, len(self.pending), len(block), window)
+
+    def begin_step(self) -> None:
+        self.new_final = []
+
+    def after_forward(self, next_logits: torch.Tensor | None) -> None:
+        """The pass ran; its pending tokens are now in the cache and `next_logits` predicts what follows."""
+        self.forward_passes += 1
+        if self.pending:
+            self.next_logits = next_logits
+            self.pending = []
+
+    def open_positions(self, n_block: int) -> list[int]:
+        """The block positions a step may commit."""
+        open_pos = [j for j, c in enumerate(self.committed) if not c]
+        sub = self.family.sub_block
+        if open_pos and sub and n_block:
+            # Fast-dLLM v2: only the first sub-block that still has masks is unmasked this step.
+            lo = open_pos[0] // sub * sub
+            open_pos = [j for j in open_pos if j < lo + sub]
+        return open_pos
+
+    def first_only(self, n_block: int) -> bool:
+        """With token shift and no block in the input, only position 0 had a prediction this step."""
+        return self.family.token_shift and not n_block
+
+    def source(self, j: int, n_pending: int) -> int | None:
+        """Which token of this pass's input predicts block position `j` (None: `next_logits`)."""
+        if self.family.token_shift:
+            return None if j == 0 else n_pending + j - 1
+        return n_pending + j
+
+    def last_step(self) -> bool:
+        """Whether the coming commit is the block's last allowed step (it then commits every position)."""
+        return self.steps_in_block + 1 >= self.params.max_steps_per_block
+
+    def commit(self, positions: list[int], tokens: list[int]) -> None:
+        """Commit one step's chosen tokens at their block positions; a full block becomes final."""
+        self.steps_in_block += 1
+        for j, t in zip(positions, tokens, strict=True):
+            self.block[j] = t
+            self.committed[j] = True
+        if all(self.committed):
+            self._finish_block()
+
+    # -- edits from outside the model (text rules) ------------------------------------------------------
+    def force(self, tokens: list[int]) -> None:
+        """Append `tokens` (e.g. a forced `</think>`) before the next block, which is laid out again."""
+        self.forced = list(tokens)
+        self._new_block()
+
+    def stop(self) -> None:
+        """End here (a stop string was found)."""
+        self.done, self.finish_reason = True, "stop"
+
+    def ban_end_of_turn(self) -> None:
+        self.banned = self.eos_ids
+
+    def rewrite_tail(self, n: int, new: list[int], infilled: int, *, stop: bool, reopen: bool) -> None:
+        """Replace the last `n` final tokens (still pending, so not in the cache) by `new`.
+
+        `stop`: the sequence ends with them; `reopen`: it goes on, with its next block sized again."""
+        del self.generated[-n:]
+        self.generated.extend(new)
+        self.pending, self.new_final = list(new), list(new)
+        self.infilled += infilled
+        if stop:
+            self.done, self.finish_reason, self.block, self.committed = True, "stop", [], []
+            self.banned = frozenset()
+        elif reopen:
+            self.done, self.finish_reason = False, None
+            self._new_block()
+
+    def move(self, row: int) -> None:
+        self.row = row
+
+    # -- blocks ---------------------------------------------------------------------------------------
+    def _new_block(self) -> None:
+        if self.forced:
+            self.infilled += len(self.forced)
+            self.generated.extend(self.forced)
+            self.pending.extend(self.forced)
+            self.new_final.extend(self.forced)
+            self.forced = []
+        carry: list[int] = []
+        if self.family.align_blocks:
+            # The block spans [q*B, (q+1)*B): the final tokens already in that span (the prompt's
+            # leftover, or the tail of the previous output when a rewrite or forced text moved
+            # the boundary) sit in it as committed positions, not in the cache.
+            bsz = max(self.params.block_size, 1)
+            if self.carry:
+                carry, self.carry = self.carry, []
+            else:
+                r = min((self.prompt_len + len(self.generated)) % bsz, len(self.pending))
+                if r:
+                    carry, self.pending = self.pending[-r:], self.pending[:-r]
+        b = min(self.params.block_size - len(carry), self.remaining())
+        if b <= 0:
+            self.done, self.finish_reason = True, "length"
+            self.block, self.committed = [], []
+            self.pending.extend(carry)
+            return
+        self.block = carry + [self.mask_id] * b
+        self.committed = [True] * len(carry) + [False] * b
+        self.offset = len(carry)
+        self.steps_in_block = 0
+
+    def _needs_block_in_input(self) -> bool:
+        # With token shift, position 0 of the block is predicted by the clean token before it, so
+        # a block whose only open position is 0 does not need to be in the input (AR mode).
+        if not self.family.token_shift:
+            return True
+        if self.family.first_token_at_once and self.committed and not self.committed[0]:
+            # Fast-dLLM v2: the block's first token is committed from the logits of the pass that
+            # wrote the previous block (or of the prefill) before the block is denoised, so that
+            # pass carries only the pending tokens (or there is none: the prefill gave them).
+            return False
+        return any(not c for c in self.committed[1:])
+
+    def _window(self) -> int:
+        """Full-diffusion families (LLaDA, Dream) were trained to see the whole generation window:
+        the block is followed by masks up to max_tokens (rounded up to whole blocks), as their
+        samplers lay it out. Their predictions are not read; their K/V are never kept."""
+        if not self.family.masked_window:
+            return 0
+        b = max(self.params.block_size, 1)
+        total = -(-self.params.max_tokens // b) * b
+        return max(0, total - len(self.generated) - (len(self.block) - self.offset))
+
+    def _finish_block(self) -> None:
+        carried, toks = self.block[: self.offset], self.block[self.offset:]
+        for i, t in enumerate(toks):
+            if t in self.eos_ids:
+                toks = toks[: i + 1]
+                self.done, self.finish_reason = True, "stop"
+                break
+        self.generated.extend(toks)
+        self.pending.extend(carried + toks)
+        self.new_final.extend(toks)
+        self.offset = 0
+        if not self.done and self.remaining() <= 0:
+            self.done, self.finish_reason = True, "length"
+        if not self.done:
+            self._new_block()
+        else:
+            self.block, self.committed = [], []
+
+
+__all__ = ["DecodeParams", "Sequence", "StepInput"]

@@ -1,0 +1,194 @@
+"""The decode machinery's parts, without a checkpoint: the KV cache's row operations, the commit
+rule, a sequence's own state changes, the one prefix-reuse rule, the runner's layout reuse, and
+the boundaries (who may change a sequence, who may touch the cache's tensors)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import sampler
+from engine.families import FAMILIES
+from engine.kv_cache import KVCache
+from engine.model import ModelConfig, Transformer, init_random
+from engine.runner import ModelRunner
+from engine.sequence import DecodeParams, Sequence
+from engine.session import reuse_plan
+
+ENGINE = Path(__file__).resolve().parents[1] / "engine"
+DLLM = replace(FAMILIES["smollm2-dllm"], block_size=4)
+MASK, EOS = 0, 99
+
+
+def _filled(batch=3, cap=8) -> KVCache:
+    c = KVCache(2, batch, 2, 4, capacity=cap)
+    for r in range(batch):
+        c.k[:, r] = float(r + 1)
+        c.v[:, r] = -float(r + 1)
+        c.lengths[r] = r + 2
+    return c
+
+
+# -- the KV cache's row operations -------------------------------------------------------------------
+
+def test_move_row_copies_the_committed_part_and_empties_the_source():
+    c = _filled()
+    c.move_row(2, 0)
+    assert c.length(0) == 4 and c.length(2) == 0
+    assert torch.all(c.k[:, 0, :, :4] == 3.0) and torch.all(c.v[:, 0, :, :4] == -3.0)
+
+
+def test_load_row_takes_only_the_reused_prefix_and_extract_returns_the_row():
+    src = _filled(batch=1)
+    src.k[:, 0, :, 1] = 7.0
+    dst = KVCache(2, 2, 2, 4, capacity=4)
+    dst.load_row(1, src, length=1)
+    assert dst.length(1) == 1 and torch.all(dst.k[:, 1, :, 0] == 1.0) and torch.all(dst.k[:, 1, :, 1] == 0.0)
+    back = KVCache(2, 1, 2, 4, capacity=2)
+    dst.advance(1, 1)
+    dst.extract_row(1, back)
+    assert back.length(0) == 2 and back.capacity >= 2
+
+
+def test_copy_prefix_is_a_new_single_row_cache_and_row_views_write_through():
+    c = _filled()
+    p = c.copy_prefix(1, 2)
+    assert p.batch == 1 and p.length(0) == 2 and torch.all(p.k == 2.0)
+    p.k.zero_()
+    assert torch.all(c.k[:, 1, :, :2] == 2.0)  # a copy, not a view
+    view = c.rows(1, 3)
+    assert c.rows(0, 3) is c and view.batch == 2
+    view.k[:, 0] = 5.0
+    view.lengths[1] = 6
+    assert torch.all(c.k[:, 1] == 5.0) and c.length(2) == 6
+    with pytest.raises(RuntimeError):
+        view.ensure(c.capacity + 1)
+
+
+# -- the commit rule -------------------------------------------------------------------------------
+
+def test_thresholds_compare_in_float32_as_a_tensor_compares_with_a_python_float():
+    logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(1)) * 3
+    conf = float(torch.softmax(logits, -1).max())
+    thr = conf + 1e-10  # above the confidence in float64, the same number in float32
+    _, got, above = sampler.greedy(logits.clone(), [thr], [])
+    assert got == [conf] and conf < thr
+    assert above == [bool(torch.softmax(logits, -1).max() >= thr)] == [True]  # as the 0-d comparison says
+
+
+def test_greedy_rows_batched_equal_each_row_alone():
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.randn(n, 50, generator=g) * 4 for n in (3, 1, 4)]
+    alone = [sampler.greedy(p.clone(), [0.4] * len(p), [(0, len(p), [2, 7])]) for p in parts]
+    both = sampler.greedy(torch.cat(parts), [0.4] * 8, [(0, 3, [2, 7]), (3, 4, [2, 7]), (4, 8, [2, 7])])
+    assert [sum((a[i] for a in alone), []) for i in range(3)] == list(both)
+
+
+def test_choose_commits_at_least_one_everything_on_the_last_step_and_guards_duplicates():
+    pos, tok = [0, 1, 2, 3], [5, 5, 6, 7]
+    conf = [0.2, 0.95, 0.1, 0.3]
+    assert sampler.choose(pos, tok, conf, [False] * 4, first_only=False, last_step=False, dedup=True) == [1]
+    assert sampler.choose(pos, tok, conf, [False] * 4, first_only=False, last_step=True, dedup=True) == [0, 1, 2, 3]
+    both = [True, True, False, False]
+    assert sampler.choose(pos, tok, conf, both, first_only=False, last_step=False, dedup=True) == [1]
+    assert sampler.choose(pos, tok, conf, both, first_only=False, last_step=False, dedup=False) == [0, 1]
+    assert sampler.choose(pos, tok, conf, both, first_only=True, last_step=False, dedup=True) == [0]
+
+
+# -- a sequence changes itself ----------------------------------------------------------------------
+
+def _seq(max_tokens=6, family=DLLM, **kw) -> Sequence:
+    params = DecodeParams(block_size=4, threshold=0.5, max_steps_per_block=2, max_tokens=max_tokens)
+    return Sequence.start(params, family, MASK, {EOS}, next_logits=torch.zeros(10), **kw)
+
+
+def test_a_full_block_becomes_final_and_the_next_block_fits_the_budget():
+    s = _seq()
+    assert s.block == [MASK] * 4 and s.step_input().tokens == [MASK] * 4
+    s.commit([0, 2], [11, 13])
+    assert s.committed == [True, False, True, False] and not s.generated
+    assert s.last_step()
+    s.commit([1, 3], [12, 14])
+    assert s.generated == [11, 12, 13, 14] == s.new_final == s.pending
+    assert s.block == [MASK, MASK] and not s.done  # 2 tokens of budget left
+    assert s.step_input().tokens == [11, 12, 13, 14, MASK, MASK]
+    s.begin_step()
+    s.after_forward(torch.ones(10))
+    assert s.pending == [] and s.forward_passes == 1 and float(s.next_logits[0]) == 1.0
+    s.commit([0, 1], [EOS, 3])
+    assert s.done and s.finish_reason == "stop" and s.generated[-1] == EOS and s.new_final == [EOS]
+
+
+def test_forced_text_and_rewrites_go_through_the_sequence():
+    s = _seq(max_tokens=12)
+    s.force([40, 41])
+    assert s.generated == [40, 41] == s.pending and s.infilled == 2 and s.block == [MASK] * 4
+    s.commit([0, 1, 2, 3], [1, 2, 3, 4])
+    s.rewrite_tail(4, [7, 8], 1, stop=False, reopen=True)
+    assert s.generated == [40, 41, 7, 8] and s.pending == [7, 8] and s.infilled == 3 and not s.done
+    s.rewrite_tail(2, [9], 0, stop=True, reopen=False)
+    assert s.done and s.finish_reason == "stop" and s.block == [] and s.generated == [40, 41, 9]
+
+
+def test_aligned_blocks_carry_the_prompt_leftover_into_the_first_block():
+    sdar = FAMILIES["sdar"]
+    s = _seq(family=sdar, carry=[21, 22, 23], prompt_len=7)
+    assert s.block == [21, 22, 23, MASK] and s.committed == [True, True, True, False]
+    s.commit([3], [30])
+    assert s.generated == [30] and s.pending == [21, 22, 23, 30]
+
+
+# -- the one prefix-reuse rule ------------------------------------------------------------------------
+
+def test_reuse_keeps_one_token_to_prefill_and_shared_prefixes_only_in_whole_blocks():
+    toks = list(range(20))
+    assert reuse_plan(DLLM, toks, toks, shared=False) == (19, 20)
+    assert reuse_plan(DLLM, toks[:10] + [99], toks, shared=False) == (10, 20)
+    block = replace(FAMILIES["sdar"], align_blocks=False)
+    assert reuse_plan(block, toks[:10], toks, shared=True) == (8, 20)
+    assert reuse_plan(FAMILIES["sdar"], toks[:10], toks[:19], shared=False) == (8, 16)  # 3 tokens carried
+
+
+# -- the runner builds a pass's layout once --------------------------------------------------------------
+
+def test_the_runner_reuses_a_layout_until_it_changes():
+    cfg = ModelConfig(vocab_size=64, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, intermediate_size=32,
+                      max_seq_len=64)
+    model = Transformer(cfg)
+    init_random(model)
+    runner = ModelRunner(model, device="cpu")
+    cache = runner.new_cache(batch=2, capacity=8)
+    cache.advance(0, 3)
+    a, b = _seq(), _seq()
+    b.move(1)
+    rows = [(0, a.step_input()), (1, b.step_input())]
+    plan = runner.plan(cache, rows, DLLM)
+    assert runner.plan(cache, rows, DLLM, reuse=plan) is plan
+    logits = runner.forward(plan, rows)
+    assert logits.shape == (2 * 3, 64)  # token shift: block positions 1..3 of each row are read
+    cache.advance(1, 1)
+    assert runner.plan(cache, rows, DLLM, reuse=plan) is not plan
+    cache.ensure(cache.capacity * 2)
+    fresh = runner.plan(cache, rows, DLLM)
+    assert runner.plan(cache, rows, DLLM, reuse=fresh) is fresh and fresh.base is cache.k
+
+
+# -- boundaries ------------------------------------------------------------------------------------------
+
+_SEQ_WRITE = re.compile(r"\b(?:st|s|seq|state)\.(?:pending|block|committed|generated|done|finish_reason|banned|"
+                        r"forced|new_final|infilled|row|next_logits|steps_in_block|offset|carry)\s*(?:=(?!=)|\+=|"
+                        r"\.append\(|\.extend\()|del (?:st|s|seq)\.")
+_CACHE_REACH = re.compile(r"\.(?:k|v)\[|\.lengths\[[^\]]*\]\s*(?:=(?!=)|\+=)|\.lengths\.zero_")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in ENGINE.rglob("*.py")), ids=lambda p: p.name)
+def test_only_the_sequence_changes_its_state_and_only_the_cache_touches_its_tensors(path):
+    text = path.read_text()
+    if path.name != "sequence.py":
+        assert not _SEQ_WRITE.search(text), f"{path.name} changes a Sequence's state from outside"
+    if path.name != "kv_cache.py":
+        assert not _CACHE_REACH.search(text), f"{path.name} reaches into the KV cache's layout"

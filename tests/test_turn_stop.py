@@ -1,0 +1,72 @@
+"""`HoldOnSpeechStopStrategy`: the turn does not end while the VAD hears speech it has not yet
+confirmed (the caller going on after a pause just over stop_secs), and ends exactly as Pipecat's
+speech-timeout strategy does otherwise. Real Pipecat frames and timers; the VAD's state is set by
+hand (a real Silero analyzer runs in tests/test_turn_pauses.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pipecat.audio.vad.vad_analyzer import VADState
+from pipecat.frames.frames import TranscriptionFrame, VADUserStartedSpeakingFrame, VADUserStoppedSpeakingFrame
+from pipecat.processors.frame_processor import FrameProcessorSetup
+from pipecat.utils.asyncio.task_manager import TaskManager
+
+from voice_agent.services.turn_stop import HoldOnSpeechStopStrategy
+
+TIMEOUT_S = 0.2
+
+
+class FakeVAD:
+    state = VADState.QUIET
+
+
+async def _run(vad_state_at_timeout: VADState, then: VADState | None) -> tuple[bool, float, int]:
+    """A segment ends and is transcribed; at the speech timeout the VAD is in `vad_state_at_timeout`;
+    0.1 s later it becomes `then` (SPEAKING comes with Pipecat's VAD start frame). Returns whether
+    the turn ended, after how long, and how often the stop held."""
+    vad = FakeVAD()
+    strategy = HoldOnSpeechStopStrategy(vad=vad, max_hold_s=0.25, user_speech_timeout=TIMEOUT_S)
+    await strategy.setup(FrameProcessorSetup(clock=None, pipeline_worker=None,
+                                              task_manager=TaskManager(loop=asyncio.get_running_loop())))
+    loop = asyncio.get_running_loop()
+    stopped: list[float] = []
+
+    @strategy.event_handler("on_user_turn_stopped")
+    async def _stopped(_strategy, _params):
+        stopped.append(loop.time())
+
+    await strategy.handle_user_turn_started()
+    await strategy.process_frame(VADUserStartedSpeakingFrame(start_secs=0.2))
+    t0 = loop.time()
+    await strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=0.2))
+    tr = TranscriptionFrame("ten in the morning works", "", "now")
+    tr.finalized = True
+    await strategy.process_frame(tr)
+    await asyncio.sleep(TIMEOUT_S - 0.05)
+    vad.state = vad_state_at_timeout
+    await asyncio.sleep(0.15)
+    if then is not None:
+        vad.state = then
+        if then == VADState.SPEAKING:
+            await strategy.process_frame(VADUserStartedSpeakingFrame(start_secs=0.2))
+    await asyncio.sleep(0.4)
+    await strategy.cleanup()
+    return bool(stopped), (stopped[0] - t0 if stopped else -1.0), strategy.holds
+
+
+def test_a_quiet_vad_ends_the_turn_at_the_timeout_as_pipecat_does():
+    ended, after, holds = asyncio.run(_run(VADState.QUIET, None))
+    assert ended and holds == 0
+    assert TIMEOUT_S <= after < TIMEOUT_S + 0.05
+
+
+def test_speech_starting_at_the_timeout_keeps_the_turn_open_when_it_is_confirmed():
+    ended, _, holds = asyncio.run(_run(VADState.STARTING, VADState.SPEAKING))
+    assert not ended and holds == 1
+
+
+def test_a_blip_that_the_vad_drops_ends_the_turn_once_it_is_dropped():
+    ended, after, holds = asyncio.run(_run(VADState.STARTING, VADState.QUIET))
+    assert ended and holds == 1
+    assert TIMEOUT_S + 0.05 <= after < TIMEOUT_S + 0.15  # when the VAD went back to quiet
