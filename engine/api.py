@@ -91,6 +91,8 @@ class Engine:
             ckpt = load_hf_folder(smollm2_folder(), dtype=dtype)
             base_family = FAMILIES["smollm2-dllm"]
             adapter_path = Path(adapter) if adapter else DEFAULT_ADAPTER
+            if adapter and not adapter_path.is_file():  # a named adapter never falls back silently
+                raise FileNotFoundError(f"adapter {adapter_path} not found")
             if str(name_or_path) == "smollm2-base":
                 fam, name = FAMILIES["ar"], "smollm2-135m-instruct (AR base)"
             elif adapter_path.exists():

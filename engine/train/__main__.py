@@ -3,6 +3,7 @@
   python -m engine.train data  --out runs/data            # prompts + teacher answers (resumable)
   python -m engine.train fit   --data runs/data --run runs/r1   # LoRA block-diffusion training (resumable)
   python -m engine.train export --run runs/r1 --out engine/weights/default_adapter.safetensors
+  python -m engine.train probe --data runs/dialogues --adapter runs/adapter.safetensors  # decoding policies vs the script
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--run", type=Path, required=True)
     e.add_argument("--block-size", type=int, default=4, help="the block size the engine decodes with (choose by engine.eval)")
     e.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "weights" / "default_adapter.safetensors")
+    pr = sub.add_parser("probe", help="exact-match rate of scripted turns under each decoding policy",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    pr.add_argument("--data", type=Path, default=Path("runs/dialogues"), help="scripted corpus folder (train.jsonl)")
+    pr.add_argument("--adapter", type=Path, default=None, help="adapter to probe (default: the shipped one)")
+    pr.add_argument("--n", type=int, default=12, help="records to decode (answer-only ones)")
+    pr.add_argument("--seed", type=int, default=1, help="which records (shuffle seed)")
+    pr.add_argument("--policies", default="0.3:2,0.9:4,0.9:3,ar",
+                    help="THRESHOLD:STEP_CAP per diffusion policy, 'ar' for block 1")
+    pr.add_argument("--threads", type=int, default=None)
+    pr.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
     args = p.parse_args(argv)
     if args.cmd == "data":
         from engine.train.teacher import build_corpus
@@ -40,10 +51,34 @@ def main(argv: list[str] | None = None) -> int:
         from engine.train.trainer import fit
 
         fit(TrainConfig.from_args(args))
+    elif args.cmd == "probe":
+        return _probe(args)
     else:
         from engine.train.trainer import export
 
         export(args.run, args.out, block_size=args.block_size)
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    import json
+
+    from engine.api import Engine
+    from engine.train.probe import parse_policies, pick_records, probe
+
+    try:
+        records = pick_records(args.data / "train.jsonl", args.n, args.seed)
+        engine = Engine.load("default", threads=args.threads, adapter=args.adapter)
+        policies = parse_policies(args.policies, engine.family.block_size)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = probe(engine, records, policies)
+    print(f"{'policy':<10} {'exact':>9} {'tok/fwd':>8} {'wall s':>7}")
+    for r in rows:
+        print(f"{r['policy']:<10} {r['exact']:>4}/{r['n']:<4} {r['tokens_per_forward']:>8} {r['wall_s']:>7}")
+    if args.json:
+        print(json.dumps({"records": len(records), "rows": rows}))
     return 0
 
 
