@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from engine.train.trainer import TrainConfig, build_example, export, fit
+from engine.train.trainer import TrainConfig, build_example, export, fit, record_sampler
 from tests.tiny_models import save_tiny
 
 
@@ -48,3 +48,10 @@ def test_complementary_masks_cover_every_answer_token():
     att = ex["att"]
     assert not att[:n, n:].any()  # clean tokens never see noisy ones
     assert att[n, : 10].all() and not att[n, 10:n].any()  # first noisy block sees only the prompt
+
+
+def test_a_resumed_run_draws_other_records_than_its_start():
+    start = [record_sampler(0, 0).randrange(10_000) for _ in range(8)]
+    assert start == [record_sampler(0, 0).randrange(10_000) for _ in range(8)]  # a run is reproducible
+    resumed = record_sampler(0, 209)
+    assert [resumed.randrange(10_000) for _ in range(8)] != start

@@ -279,6 +279,12 @@ def loss_on(model, mask_vec, ex, mask_id: int, ar_weight: float, prefix_len: int
     return loss_d + ar_weight * loss_ar, loss_d.item(), loss_ar.item()
 
 
+def record_sampler(seed: int, step: int) -> random.Random:
+    """The record/mask sampler of a run at `step`: seeded by the step too, else a resumed run would
+    replay the records it began with."""
+    return random.Random(seed if step == 0 else seed * 1_000_003 + step)
+
+
 def save_ckpt(run: Path, loras, mask_vec, opt, step, tokens_seen, elapsed) -> None:
     state = {
         "lora": {k: (v.lora_A.detach(), v.lora_B.detach()) for k, v in loras.items()},
@@ -297,7 +303,7 @@ def fit(cfg: TrainConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
+    rng = record_sampler(cfg.seed, 0)
     cfg.run.mkdir(parents=True, exist_ok=True)
     (cfg.run / "config.json").write_text(json.dumps({k: str(v) for k, v in asdict(cfg).items()}, indent=2))
     ckpt, mask_id = load_base(cfg)
@@ -318,6 +324,7 @@ def fit(cfg: TrainConfig) -> dict:
             mask_vec.copy_(st["mask_vec"])
         opt.load_state_dict(st["opt"])
         step, tokens_seen, elapsed0 = st["step"], st["tokens_seen"], st["elapsed_s"]
+        rng = record_sampler(cfg.seed, step)
         print(f"resumed from step {step} ({tokens_seen} tokens, {elapsed0 / 60:.1f} min)")
     elif cfg.init_adapter:
         from safetensors import safe_open
