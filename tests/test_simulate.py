@@ -131,6 +131,14 @@ def test_the_cli_exits_2_for_a_missing_file(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_the_cli_exits_2_for_an_adapter_that_does_not_exist(tmp_path, capsys):
+    code = cli_main(["simulate", str(write(tmp_path, GOOD)), "--adapter", str(tmp_path / "typo.safetensors"),
+                     "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "typo.safetensors not found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 # -- the grader ---------------------------------------------------------------------------------
 
 def good_call():

@@ -66,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
     opts = RunOptions.from_args(args, turn_timeout_s=args.turn_timeout, scenario=scenario.name)
     load_kw = ({"threads": opts.engine_threads} | ({"precision": opts.precision} if opts.precision else {})
                | ({"adapter": args.adapter} if args.adapter else {}))
-    engine = Engine.load(opts.model, **load_kw)
+    try:
+        engine = Engine.load(opts.model, **load_kw)
+    except FileNotFoundError as e:  # a mistyped --adapter or model folder
+        print(f"voice-agent simulate: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     summary = simulate(calls, scenario, engine, opts, out_dir=out, progress=not args.no_progress)
     print(table_text(summary))
