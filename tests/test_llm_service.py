@@ -53,6 +53,19 @@ def make_llm(engine, **kw) -> EngineLLMService:
     return EngineLLMService(engine, **kw)
 
 
+def responses(frames: list[Frame]) -> list[str]:
+    """The text of each complete response (start .. end) the LLM pushed, in order."""
+    out, cur = [], None
+    for f in frames:
+        if isinstance(f, LLMFullResponseStartFrame):
+            cur = []
+        elif isinstance(f, LLMTextFrame) and cur is not None:
+            cur.append(f.text)
+        elif isinstance(f, LLMFullResponseEndFrame):
+            out.append("".join(cur or []))
+    return out
+
+
 class StopAfterResponses(FrameProcessor):
     """Records what the LLM pushes and ends the pipeline after the n-th complete response, so a
     test can wait for a tool round trip without guessing a sleep."""
@@ -162,16 +175,9 @@ async def test_engine_error_is_an_error_frame_and_the_next_turn_works(base_engin
     assert "simulated engine crash" in errors[0].error and "context too long" in errors[1].error
     assert not any(e.fatal for e in errors) and llm.is_usable
 
-    responses, cur = [], None
-    for f in down:
-        if isinstance(f, LLMFullResponseStartFrame):
-            cur = []
-        elif isinstance(f, LLMTextFrame) and cur is not None:
-            cur.append(f.text)
-        elif isinstance(f, LLMFullResponseEndFrame):
-            responses.append("".join(cur or []))
-    assert responses[0] == llm.apology and responses[1] == llm.apology
-    assert responses[2].strip() and responses[2] != llm.apology  # the third turn ran on the engine
+    answers = responses(down)
+    assert answers[0] == llm.apology and answers[1] == llm.apology
+    assert answers[2].strip() and answers[2] != llm.apology  # the third turn ran on the engine
     assert llm.last_metrics["reasoning_effort"] == "instant"  # changed for this call at run time
 
 

@@ -22,12 +22,8 @@ import pytest
 import torch
 from pipecat.frames.frames import (
     ErrorFrame,
-    Frame,
     FunctionCallResultFrame,
     LLMContextFrame,
-    LLMFullResponseEndFrame,
-    LLMFullResponseStartFrame,
-    LLMTextFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -35,7 +31,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAg
 from pipecat.tests.utils import run_test
 
 from engine.server import ServerConfig, ServerThread, create_app, free_port
-from tests.test_llm_service import StopAfterResponses  # ends the pipeline after the n-th response
+from tests.test_llm_service import StopAfterResponses, responses  # ends the pipeline after the n-th response
 from voice_agent.brain.remote import RemoteBrain, api_base
 from voice_agent.clinic_db import ClinicDB
 from voice_agent.clinic_words import parse_time
@@ -63,18 +59,6 @@ def server(base_engine):
 def remote_llm(url: str, **kw) -> EngineLLMService:
     kw.setdefault("system_instruction", SCENARIO.system_prompt_for(TODAY))
     return EngineLLMService(RemoteBrain(url, timeout_s=120), **kw)
-
-
-def responses(frames: list[Frame]) -> list[str]:
-    out, cur = [], None
-    for f in frames:
-        if isinstance(f, LLMFullResponseStartFrame):
-            cur = []
-        elif isinstance(f, LLMTextFrame) and cur is not None:
-            cur.append(f.text)
-        elif isinstance(f, LLMFullResponseEndFrame):
-            out.append("".join(cur or []))
-    return out
 
 
 def test_llm_url_gets_v1_when_it_names_no_path():
@@ -138,23 +122,11 @@ async def test_an_unreachable_server_fails_each_turn_clearly_and_the_call_goes_o
     assert responses(down) == [llm.apology, llm.apology]
 
 
-class _Garbage(http.server.BaseHTTPRequestHandler):
-    """Answers every request with 200 and something that is not a chat completion stream."""
+class _FakeServer(http.server.BaseHTTPRequestHandler):
+    """A hand-written OpenAI-compatible server: answers what each test's subclass says, quietly."""
 
-    bodies = [("text/html", b"<html><body>502 Bad Gateway</body></html>"),
-              ("text/event-stream", b"data: this is not json\n\n")]
-
-    def do_GET(self) -> None:  # /v1/models
-        self._send("application/json", json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode())
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        kind, body = self.bodies[self.server.n % len(self.bodies)]
-        self.server.n += 1
-        self._send(kind, body)
-
-    def _send(self, kind: str, body: bytes) -> None:
-        self.send_response(200)
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -162,6 +134,22 @@ class _Garbage(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+class _Garbage(_FakeServer):
+    """Answers every request with 200 and something that is not a chat completion stream."""
+
+    bodies = [("text/html", b"<html><body>502 Bad Gateway</body></html>"),
+              ("text/event-stream", b"data: this is not json\n\n")]
+
+    def do_GET(self) -> None:  # /v1/models
+        self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        kind, body = self.bodies[self.server.n % len(self.bodies)]
+        self.server.n += 1
+        self._send(200, kind, body)
 
 
 async def test_a_server_answering_garbage_fails_the_turn_clearly_and_the_call_goes_on():
@@ -293,7 +281,7 @@ async def test_the_livekit_plugin_runs_a_turn_on_the_server(server):
     assert lm.session is None and lm.model == "smollm2-base"  # the server's first model, asked once
 
 
-class _NoInstant(http.server.BaseHTTPRequestHandler):
+class _NoInstant(_FakeServer):
     """A server that knows OpenAI's effort names only (as vLLM): 400 for 'instant', else one
     streamed answer in the chat.completion.chunk shape."""
 
@@ -309,16 +297,6 @@ class _NoInstant(http.server.BaseHTTPRequestHandler):
         sse = "".join(f"data: {json.dumps({'id': 'x', 'object': 'chat.completion.chunk', 'created': 0, 'model': 'm', 'choices': [dict(c, index=0)]})}\n\n"
                       for c in chunks) + "data: [DONE]\n\n"
         self._send(200, "text/event-stream", sse.encode())
-
-    def _send(self, status: int, kind: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
 
 
 async def test_a_server_that_rejects_our_effort_names_gets_none_and_still_answers():
