@@ -241,3 +241,20 @@ def test_pipecat_messages_become_engine_messages():
             {"id": "x", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
         {"role": "tool", "content": '{"ok": true}', "tool_call_id": "x"},
     ]
+
+
+async def test_a_warmed_call_prefills_only_the_callers_words_and_says_the_same(base_engine):
+    tools = tools_schema(SCENARIO.tools)
+    said = {}
+    for name in ("cold", "warm"):
+        llm = make_llm(base_engine, reasoning_effort="instant", max_tokens=12)
+        if name == "warm":
+            await llm.warm(LLMContext(messages=[], tools=tools))  # the call's context before anyone spoke
+        ctx = LLMContext([{"role": "user", "content": "Hi! Are you open on Fridays?"}], tools=tools)
+        down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])
+        said[name] = (responses(down), llm.last_metrics, llm.brain)
+    (cold, _, _), (warm, m, brain) = said["cold"], said["warm"]
+    assert brain.warm_tokens > 300  # the system prompt with its facts and the tools
+    assert m["cached_tokens"] == brain.warm_tokens
+    assert m["prompt_tokens"] - m["cached_tokens"] < 40, m  # the user turn and the reply header
+    assert warm == cold  # the cache is exact: warming changes when, never what

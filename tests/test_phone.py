@@ -240,7 +240,10 @@ async def test_a_call_greets_barges_in_and_answers_with_speech(phone_server, cal
         print("  breakdown after onset: " + ", ".join(
             f"{k} +{(v - onset) * 1000:.0f} ms" for k, v in parts.items() if v is not None))
         assert 0 < barge_in_ms < 1000
-        assert not after_clear, "bot audio kept coming after the clear while the caller spoke"
+        assert not after_clear, (f"bot audio kept coming after the clear while the caller spoke: "
+                                 f"{[(round((t - t_clear) * 1000), round((speech_end - t) * 1000)) for t in after_clear]} "
+                                 f"(ms after the clear, ms before speech end); clears at "
+                                 f"{[round((c - onset) * 1000) for c in phone.clears]} ms after onset")
 
         # The caller's question gets a spoken answer.
         t_reply = await phone.wait_for_audio(speech_end, 0.4, timeout=90)

@@ -121,9 +121,11 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
         observers=list(observers or []),
         idle_timeout_secs=options.idle_timeout_secs,
     )
-    if options.greeting and scenario.greeting:
-        @task.event_handler("on_pipeline_started")
-        async def _greet(worker: PipelineWorker, _frame: Any) -> None:
+    @task.event_handler("on_pipeline_started")
+    async def _started(worker: PipelineWorker, _frame: Any) -> None:
+        if options.warm_prefill:
+            await llm.warm(context)  # in the background, while the greeting plays
+        if options.greeting and scenario.greeting:
             await worker.queue_frame(TTSSpeakFrame(scenario.greeting))
 
     logger.info(f"pipeline: scenario={scenario.name} model={brain.model_name}"

@@ -61,6 +61,10 @@ class Brain(ABC):
                                f"({len(msgs)} -> {len(shorter)} messages)")
                 msgs = shorter
 
+    def warm(self, messages: list[dict], **params: Any) -> None:  # noqa: B027 - a remote server keeps its own prefix cache
+        """Start prefilling the call's fixed prefix (system prompt + tools) in the background, e.g.
+        while the greeting plays; the next turn waits for it and prefills only what follows."""
+
     @abstractmethod
     def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
         """One request as given; raises BrainError."""

@@ -5,9 +5,13 @@ keeps the KV cache between turns."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
+
+from loguru import logger
 
 from voice_agent.brain.base import Brain
 from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
@@ -20,12 +24,36 @@ class EngineBrain(Brain):
         super().__init__()
         self.engine = engine
         self.session = session if session is not None else engine.session()
+        self._warming: concurrent.futures.Future | None = None
+        self.warm_tokens = 0  # what the warm prefill put into the session cache
+        self.warm_ms: float | None = None
 
     @property
     def model_name(self) -> str:
         return self.engine.model_name
 
+    def warm(self, messages: list[dict], **params: Any) -> None:
+        if self._warming is not None or self.session.tokens:
+            return  # once per call, and never over turns already cached
+        kw = {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
+        self._warming = concurrent.futures.Future()
+
+        def work() -> None:
+            t0 = time.perf_counter()
+            try:
+                self.warm_tokens = self.engine.warm(self.session, messages, **kw)
+                self.warm_ms = (time.perf_counter() - t0) * 1000
+                logger.debug(f"{self.model_name}: warm prefill of {self.warm_tokens} tokens in {self.warm_ms:.0f} ms")
+            except Exception as e:  # a failed warm-up costs the first turn its prefill, nothing more
+                logger.warning(f"{self.model_name}: warm prefill failed ({type(e).__name__}: {e})")
+            finally:
+                self._warming.set_result(None)
+
+        threading.Thread(target=work, name=f"warm-{self.model_name}", daemon=True).start()
+
     async def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
+        if self._warming is not None and not self._warming.done():
+            await asyncio.shield(asyncio.wrap_future(self._warming))  # the session is busy until then
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         stop = threading.Event()

@@ -172,6 +172,12 @@ class EngineLLMService(LLMService):
         logger.debug(f"{self}: tool {name}({args}) -> {result} in {(time.perf_counter() - t0) * 1000:.0f} ms")
         return result
 
+    async def warm(self, context: LLMContext) -> None:
+        """Start prefilling the system prompt and tools of `context` (the call's, before anyone
+        spoke) into the call's KV cache, so the first turn prefills only the caller's words."""
+        messages, tools, _ = await self._request(context)
+        self.brain.warm(messages, tools=tools, reasoning_effort=self.reasoning_effort)
+
     # -- frames -----------------------------------------------------------------------------
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)

@@ -27,12 +27,13 @@ from loguru import logger
 from pipecat.frames.frames import Frame
 from pipecat.serializers.telnyx import TelnyxFrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
-from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
+from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams
 from pipecat.workers.runner import WorkerRunner
 
 from voice_agent.config import CallOptions
 from voice_agent.pipeline import build_pipeline, phone_options
 from voice_agent.scenarios import EFFORT_NAMES, Scenario
+from voice_agent.transports.phone_output import PhoneWebsocketTransport
 
 PROVIDERS = ("twilio", "telnyx")
 REASONING_EFFORTS = EFFORT_NAMES
@@ -206,7 +207,7 @@ async def run_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
         return
     logger.info(f"phone call #{n}: {start.provider} stream {start.stream_id} call {start.call_id}")
     serializer = make_serializer(start)
-    transport = FastAPIWebsocketTransport(websocket=websocket, params=FastAPIWebsocketParams(
+    transport = PhoneWebsocketTransport(websocket=websocket, params=FastAPIWebsocketParams(
         audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False, serializer=serializer,
         audio_in_sample_rate=server.options.audio_in_sample_rate, audio_out_sample_rate=8000))
     observers = server.observers_factory() if server.observers_factory else []
@@ -231,4 +232,5 @@ async def run_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(call.task)
     await runner.run()
-    logger.info(f"phone call #{n}: ended ({serializer.bad_messages} bad messages dropped)")
+    logger.info(f"phone call #{n}: ended ({serializer.bad_messages} bad messages dropped, "
+                f"{transport.output().dropped_after_barge_in} stale audio chunks held back after barge-ins)")
