@@ -252,12 +252,31 @@ class Engine:
         n = len(self.tokenizer.encode(prefix, add_special_tokens=False).ids) if prefix else 0
         n = max(1, min(n - 3, len(req.tokens) - 1))  # stop before the generation header
         with session.lock:
-            req.tokens = req.tokens[:n]
-            loop = DecodeLoop(self, session.cache)
-            loop.admit([loop.plan(req, prefill_only=True)])
-            loop.remove(req)  # prefilled only: the row stays the call's
-            session.tokens = req.tokens[: session.cache.length(0)]
-        return len(session.tokens)
+            return self._prefill_only(session, req, n, guess=False)
+
+    def prefill_ahead(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int | None:
+        """Speculative prefill: the prompt of a turn not yet decided (the caller's words as heard so
+        far, while the end-of-turn wait runs). If the turn comes with the same words, only its last
+        token is left to prefill; if not, the longest common prefix is kept and the rest is dropped.
+        Returns the cached length, or None when skipped: the session is busy with a turn, or the
+        guess would crop what the last turn left in the cache."""
+        req = self.prepare(messages, tools=tools, reasoning_effort=reasoning_effort, max_tokens=1, session=session)
+        if not session.lock.acquire(blocking=False):
+            return None
+        try:
+            if session.would_crop(req.tokens):
+                return None
+            return self._prefill_only(session, req, len(req.tokens) - 1, guess=True)
+        finally:
+            session.lock.release()
+
+    def _prefill_only(self, session: Session, req: Request, n: int, *, guess: bool) -> int:
+        """Prefill `req`'s first `n` tokens into the session's cache (its lock held) and nothing more."""
+        req.tokens = req.tokens[:n]
+        loop = DecodeLoop(self, session.cache)
+        loop.admit([loop.plan(req, prefill_only=True)])
+        loop.remove(req)  # prefilled only: the row stays the call's
+        return session.hold(req.tokens, guess=guess)
 
     def run(self, req: Request) -> Iterator[StreamEvent]:
         """Decode one prepared request by itself, over its call's own cache (or a fresh one)."""

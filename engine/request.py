@@ -102,7 +102,7 @@ class Request:
         if self.session is None:
             return
         generated = self.state.generated if self.state is not None else []
-        self.session.record(self.tokens + generated, self.messages)
+        self.session.record(self.tokens + generated, self.messages, prompt_len=len(self.tokens))
 
     def finish(self) -> ChatResult:
         """Build the result and record the turn in the session (whose cache already holds it)."""
@@ -151,7 +151,8 @@ class Request:
             raw_text=self.text,
         )
         if self.session is not None:
-            self.session.record(self.tokens + st.generated, list(self.messages) + [result.message()])
+            self.session.record(self.tokens + st.generated, list(self.messages) + [result.message()],
+                                prompt_len=len(self.tokens))
         return result
 
 

@@ -21,6 +21,7 @@ class Session:
     tokens: list[int] = field(default_factory=list)
     history: list[dict] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    settled: int = 0  # the last turn's prompt (or the warm-up) in the cache: a guess may not crop it
 
     def merged(self, messages: list[dict]) -> list[dict]:
         """`messages`, with the turns this session produced restored verbatim (reasoning kept),
@@ -39,14 +40,30 @@ class Session:
         """The tokens whose K/V the call's cache holds."""
         return self.tokens[: self.cache.length(0)]
 
-    def record(self, tokens: list[int], history: list[dict]) -> None:
-        """What the cache now holds after a turn (or a part of one): as far as the cache reaches."""
+    def record(self, tokens: list[int], history: list[dict], prompt_len: int) -> None:
+        """What the cache now holds after a turn (or a part of one): as far as the cache reaches.
+        Its first `prompt_len` tokens were the turn's prompt; the rest it generated (which the
+        next prompt, re-rendered from the history, may not repeat token for token)."""
         self.tokens = list(tokens)[: self.cache.length(0)]
         self.history = list(history)
+        self.settled = min(prompt_len, len(self.tokens))
+
+    def hold(self, tokens: list[int], *, guess: bool) -> int:
+        """What the cache holds after a prefill without a turn: the warm-up (settled) or a guess at
+        the coming turn (`guess`: a speculative prefill, which the turn may crop). The history
+        stays that of the last turn. Returns the cached length."""
+        self.tokens = list(tokens)[: self.cache.length(0)]
+        if not guess:
+            self.settled = len(self.tokens)
+        return len(self.tokens)
+
+    def would_crop(self, tokens: list[int]) -> bool:
+        """Would a prefill of `tokens` drop settled tokens (the last turn's prompt) from the cache?"""
+        return common_prefix(self.cached_tokens(), tokens) < min(self.settled, len(self.cached_tokens()))
 
     def reset(self) -> None:
         self.cache.clear()
-        self.tokens, self.history = [], []
+        self.tokens, self.history, self.settled = [], [], 0
 
 
 def _same_assistant_turn(a: dict, b: dict) -> bool:

@@ -44,6 +44,7 @@ from voice_agent.clinic_db import ClinicDB
 from voice_agent.config import CallOptions
 from voice_agent.scenarios import Scenario, load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
+from voice_agent.services.speculative_prefill import SpeculativePrefill
 from voice_agent.services.stt import LocalWhisperSTTService
 from voice_agent.services.tts import make_tts
 from voice_agent.services.turn_stop import HoldOnSpeechStopStrategy
@@ -109,8 +110,10 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     aggregators = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
         vad_analyzer=vad, user_turn_strategies=_turn_strategies(options, vad)))
 
+    # The caller's words are prefilled while the end of the turn is decided (the remote brain has no cache to fill).
+    ahead = [SpeculativePrefill(llm, context)] if options.speculative_prefill and not options.remote else []
     pipeline = Pipeline([
-        transport.input(), stt, aggregators.user(), llm, tts, *options.extra_processors,
+        transport.input(), stt, *ahead, aggregators.user(), llm, tts, *options.extra_processors,
         transport.output(), aggregators.assistant(),
     ])
     task = PipelineWorker(
@@ -131,6 +134,7 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     logger.info(f"pipeline: scenario={scenario.name} model={brain.model_name}"
                 f"{f' at {options.llm_url}' if options.llm_url else ''} reasoning_effort={effort} "
                 f"stt={options.stt_model} ({options.stt_window} window, early={options.early_stt}) "
+                f"warm_prefill={options.warm_prefill} speculative_prefill={bool(ahead)} "
                 f"tts={options.tts} smart_turn={options.smart_turn} "
                 f"vad_stop_secs={options.vad_stop_secs}")
     return CallPipeline(task=task, pipeline=pipeline, llm=llm, context=context, aggregators=aggregators,

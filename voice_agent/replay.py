@@ -175,7 +175,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     run.result()
     observer.finish()
     transport.input_lag_s = probe.lags_s
-    return observer, transport, built.stt.stats
+    return observer, transport, built
 
 
 # --- one call ----------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     t_wall = time.monotonic()
     try:
         db, today = call_clinic(db_path, meta)
-        observer, transport, stt_stats = await _run_call(path, audio.samples, segments, scenario, engine, opts,
+        observer, transport, built = await _run_call(path, audio.samples, segments, scenario, engine, opts,
                                                          turns_bar, db, today)
     except Exception as e:  # one call failing must not stop the batch
         logger.exception(f"replay of {path} failed")
@@ -270,7 +270,9 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
             turns_bar.close()
     entry["wall_s"] = round(time.monotonic() - t_wall, 2)
     entry["skipped_silence_s"] = round(transport.clock.skipped_s, 2)
-    entry["stt"] = {"window": opts.stt_window, "early": opts.early_stt, **stt_stats.as_dict()}
+    entry["stt"] = {"window": opts.stt_window, "early": opts.early_stt, **built.stt.stats.as_dict()}
+    speculation = getattr(built.llm.brain, "speculation", None)  # the in-process engine's guesses
+    entry["speculative_prefill"] = speculation.as_dict() if speculation is not None else None
     lag = distribution(x * 1000 for x in getattr(transport, "input_lag_s", []))
     entry["input_lag_ms"] = {k: lag[k] for k in ("n", "p50", "p95", "max")}
     if lag["p95"] is not None and lag["p95"] > MAX_INPUT_LAG_MS:
@@ -354,7 +356,8 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "stt_model": opts.stt_model,
                             "stt_window": opts.stt_window,
                             "early_stt": opts.early_stt,
-                            "stt": _stt_totals(calls),
+                            "stt": _totals(calls, "stt"),
+                            "speculative_prefill": _totals(calls, "speculative_prefill"),
                             "command": " ".join(["voice-agent", "replay", *sys.argv[2:]]) if sys.argv[1:2] == ["replay"]
                             else " ".join(sys.argv),
                             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -376,11 +379,12 @@ def _served_model(calls: list[dict], opts: ReplayOptions) -> str:
                     return str(m["model"])
     return opts.llm_model or "(the server's)"
 
-def _stt_totals(calls: list[dict]) -> dict[str, int]:
-    """The calls' STT counters added up (segments, early passes used / dropped, 30 s fallbacks)."""
+def _totals(calls: list[dict], key: str) -> dict[str, int]:
+    """The calls' counters under `key` added up (STT: segments, early passes used / dropped, 30 s
+    fallbacks; speculative prefills: started, skipped, used, wasted)."""
     totals: dict[str, int] = {}
     for c in calls:
-        for k, v in (c.get("stt") or {}).items():
+        for k, v in (c.get(key) or {}).items():
             if isinstance(v, int) and not isinstance(v, bool):
                 totals[k] = totals.get(k, 0) + v
     return totals
@@ -397,6 +401,10 @@ def print_summary(report: dict, out_dir: Path) -> None:
     print(f"ttfat_ms p50 {ttfat['p50']}  p95 {ttfat['p95']}  p99 {ttfat['p99']}")
     print(f"budget {s['budget_ms']:.0f} ms: pass rate {'-' if rate is None else f'{rate:.0%}'}; "
           f"dominant stage: {s['dominant_stage']}")
+    spec = s.get("speculative_prefill") or {}
+    if spec:
+        print(f"speculative prefill: {spec.get('used', 0)} of {spec.get('started', 0)} used "
+              f"({spec.get('wasted', 0)} wasted, {spec.get('skipped', 0)} skipped)")
     for call in report["calls"]:
         if call.get("error"):
             print(f"FAILED INPUT {call['error']}")

@@ -65,6 +65,14 @@ class Brain(ABC):
         """Start prefilling the call's fixed prefix (system prompt + tools) in the background, e.g.
         while the greeting plays; the next turn waits for it and prefills only what follows."""
 
+    def prefill_ahead(self, messages: list[dict], **params: Any) -> None:
+        """Start a speculative prefill of a turn not yet decided (the caller's words so far), so
+        the turn, if it comes with the same words, has only its last tokens left to prefill."""
+        self._prefill_ahead(self.trimmer.apply(messages), params)  # trimmed as the turn will be
+
+    def _prefill_ahead(self, messages: list[dict], params: dict) -> None:  # noqa: B027 - nothing to prefill remotely
+        """Brains with a local cache prefill `messages` in the background."""
+
     @abstractmethod
     def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
         """One request as given; raises BrainError."""

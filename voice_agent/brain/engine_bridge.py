@@ -9,6 +9,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from loguru import logger
@@ -19,6 +20,20 @@ from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
 _DONE = object()
 
 
+@dataclass
+class SpeculationStats:
+    """Per call: the speculative prefills of turns not yet decided, and what became of them."""
+
+    started: int = 0   # prefills of the caller's words as heard before the turn was decided (a turn
+    #                    heard in several transcripts gets one per transcript; the last is judged)
+    skipped: int = 0   # not run: the session was busy with a turn, or the guess would crop its prompt
+    used: int = 0      # the turn came with exactly the words prefilled
+    wasted: int = 0    # the turn's words differed: the prefill past their common prefix was thrown away
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
 class EngineBrain(Brain):
     def __init__(self, engine: Any, session: Any = None) -> None:
         super().__init__()
@@ -27,6 +42,8 @@ class EngineBrain(Brain):
         self._warming: concurrent.futures.Future | None = None
         self.warm_tokens = 0  # what the warm prefill put into the session cache
         self.warm_ms: float | None = None
+        self.speculation = SpeculationStats()
+        self._guess: tuple[list[dict], concurrent.futures.Future] | None = None  # the last one, and its end
 
     @property
     def model_name(self) -> str:
@@ -51,9 +68,47 @@ class EngineBrain(Brain):
 
         threading.Thread(target=work, name=f"warm-{self.model_name}", daemon=True).start()
 
+    def _prefill_ahead(self, messages: list[dict], params: dict) -> None:
+        kw = {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
+        guess = [dict(m) for m in messages]
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        before = self._guess[1] if self._guess is not None else None
+        self._guess = (guess, done)  # the latest guess is the one the turn is judged against
+
+        def work() -> None:
+            held = None
+            try:
+                if before is not None:
+                    before.result()  # a guess extends the one before it (the turn's first words)
+                held = self.engine.prefill_ahead(self.session, guess, **kw)
+            except Exception as e:  # a failed guess costs nothing but itself
+                logger.warning(f"{self.model_name}: speculative prefill failed ({type(e).__name__}: {e})")
+            finally:
+                if held is None:
+                    self.speculation.skipped += 1
+                else:
+                    self.speculation.started += 1
+                done.set_result(held)
+
+        threading.Thread(target=work, name=f"prefill-ahead-{self.model_name}", daemon=True).start()
+
+    async def _settle_guess(self, messages: list[dict]) -> None:
+        """The turn is decided: was the last guess at it right? (A guess still prefilling holds
+        the session; the turn would wait for it anyway.)"""
+        if self._guess is None:
+            return
+        (guess, done), self._guess = self._guess, None
+        if await asyncio.shield(asyncio.wrap_future(done)) is None:
+            return  # skipped: counted as such
+        if guess == messages:
+            self.speculation.used += 1
+        else:
+            self.speculation.wasted += 1
+
     async def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
         if self._warming is not None and not self._warming.done():
             await asyncio.shield(asyncio.wrap_future(self._warming))  # the session is busy until then
+        await self._settle_guess(messages)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         stop = threading.Event()

@@ -178,6 +178,13 @@ class EngineLLMService(LLMService):
         messages, tools, _ = await self._request(context)
         self.brain.warm(messages, tools=tools, reasoning_effort=self.reasoning_effort)
 
+    async def speculate(self, context: LLMContext, heard: str) -> None:
+        """Start a speculative prefill of the turn `context` will get if the caller's words so far
+        (`heard`, joined as the user aggregator joins them) end it."""
+        messages, tools, _ = await self._request(context)
+        messages.append({"role": "user", "content": heard})
+        self.brain.prefill_ahead(messages, tools=tools, reasoning_effort=self.reasoning_effort)
+
     # -- frames -----------------------------------------------------------------------------
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)

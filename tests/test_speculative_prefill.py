@@ -1,0 +1,52 @@
+"""The caller's words are prefilled while the turn is still being decided (Pipecat's `run_test`,
+the real engine): the turn that follows reuses them, and a turn with other words counts a waste."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+from pipecat.frames.frames import LLMContextFrame, TranscriptionFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import run_test
+
+from voice_agent.scenarios import load_scenario
+from voice_agent.services.llm import EngineLLMService, tools_schema
+from voice_agent.services.speculative_prefill import SpeculativePrefill
+
+pytestmark = pytest.mark.slow
+SCENARIO = load_scenario("dental_receptionist")
+
+
+def heard(*parts: str) -> list[TranscriptionFrame]:
+    return [TranscriptionFrame(p, "caller", "2026-12-01T10:00:00") for p in parts]
+
+
+async def settle(llm: EngineLLMService) -> None:
+    for _ in range(300):  # the prefill runs in a worker thread
+        if llm.brain._guess is None or llm.brain._guess[1].done():
+            return
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("said", ["I'd like a cleaning on Tuesday.", "Actually, do you take Aetna?"])
+async def test_the_turn_reuses_the_words_prefilled_while_it_was_decided(base_engine, said):
+    llm = EngineLLMService(base_engine, system_instruction=SCENARIO.system_prompt_for(dt.date(2026, 11, 30)),
+                           reasoning_effort="instant", max_tokens=8)
+    ctx = LLMContext(messages=[], tools=tools_schema(SCENARIO.tools))
+    ahead = SpeculativePrefill(llm, ctx)
+    down, _ = await run_test(ahead, frames_to_send=heard("I'd like a cleaning", "on Tuesday."))
+    assert [f.text for f in down if isinstance(f, TranscriptionFrame)] == ["I'd like a cleaning", "on Tuesday."]
+    await settle(llm)
+    assert llm.brain.speculation.started == 2  # one guess per transcript, the second with both parts
+
+    ctx.add_message({"role": "user", "content": said})  # what the user aggregator writes at turn end
+    await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])
+    m, spec = llm.last_metrics, llm.brain.speculation
+    if said == "I'd like a cleaning on Tuesday.":  # the guess, joined as Pipecat joins transcripts
+        assert (spec.used, spec.wasted) == (1, 0)
+        assert m["prompt_tokens"] - m["cached_tokens"] <= 4, m
+    else:
+        assert (spec.used, spec.wasted) == (0, 1)
+        assert m["prompt_tokens"] - m["cached_tokens"] > 8, m  # the caller's other words were prefilled

@@ -1,0 +1,38 @@
+"""`SpeculativePrefill`: between the STT and the user aggregator, each transcript of a turn not yet
+decided goes to the LLM as a speculative prefill of the turn as heard so far. The end-of-turn
+wait (the VAD's stop and the turn-stop hold) then overlaps the prefill, and at turn end the engine
+has only the last tokens left. A guess the turn does not confirm is counted as wasted
+(`EngineBrain.speculation`); what it computed past the common prefix is dropped, exactly.
+"""
+
+from __future__ import annotations
+
+from pipecat.frames.frames import Frame, TranscriptionFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
+
+from voice_agent.services.llm import EngineLLMService
+
+
+class SpeculativePrefill(FrameProcessor):
+    def __init__(self, llm: EngineLLMService, context: LLMContext) -> None:
+        super().__init__()
+        self._llm, self._context = llm, context
+        self._parts: list[TextPartForConcatenation] = []
+        self._messages_seen = len(context.get_messages())
+
+    def heard(self, frame: TranscriptionFrame) -> str:
+        """The turn's words so far, joined by Pipecat's rule (the one its user aggregator uses).
+        A context that changed since the last transcript means a new turn began."""
+        n = len(self._context.get_messages())
+        if n != self._messages_seen:
+            self._parts, self._messages_seen = [], n
+        self._parts.append(TextPartForConcatenation(frame.text, includes_inter_part_spaces=frame.includes_inter_frame_spaces))
+        return concatenate_aggregated_text(self._parts)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, TranscriptionFrame) and direction == FrameDirection.DOWNSTREAM and frame.text.strip():
+            await self._llm.speculate(self._context, self.heard(frame))
