@@ -111,6 +111,8 @@ async def test_function_call_runs_the_sqlite_tool_and_reuses_the_kv_cache(engine
                                               f"{spoken_time(before[0]['time'])}"}
     after = db.appointments("John Smith")
     assert len(after) == len(before) - 1 and before[0] not in after
+    # Entering the call prefilled the instructions and tools: the first turn started from them.
+    assert lm.brain.warm_tokens > 300 and ours[0].metrics["cached_tokens"] == lm.brain.warm_tokens
     # The reply after the tool reused the call's KV cache instead of prefilling everything again.
     assert len(ours) == 2 and ours[1].metrics["cached_tokens"] > 0.8 * ours[0].metrics["prompt_tokens"]
 

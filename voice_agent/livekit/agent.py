@@ -29,9 +29,9 @@ FILLER_DELAY_S = 0.7  # a tool quicker than this needs no "one moment"
 
 class ScenarioAgent(Agent):
     def __init__(self, scenario: Scenario, handlers: Mapping[str, Callable[[dict], dict]], *,
-                 greet: bool = True, filler_delay: float = FILLER_DELAY_S) -> None:
+                 greet: bool = True, warm: bool = True, filler_delay: float = FILLER_DELAY_S) -> None:
         self.scenario = scenario
-        self._greet = greet
+        self._greet, self._warm = greet, warm
         tools = [scenario_tool(t["function"], handlers[t["function"]["name"]],
                                filler=scenario.filler, filler_delay=filler_delay)
                  for t in scenario.tools if t["function"]["name"] in handlers]
@@ -41,6 +41,9 @@ class ScenarioAgent(Agent):
         super().__init__(instructions=scenario.system_prompt_for(), tools=tools)
 
     async def on_enter(self) -> None:
+        warm = getattr(self.session.llm, "warm", None)  # our engine's LLM: prefill while the greeting plays
+        if self._warm and warm is not None:
+            warm(self.instructions, self.tools)
         # The greeting is fixed text: say it straight away instead of waiting for the LLM.
         if self._greet and self.scenario.greeting:
             self.session.say(self.scenario.greeting)

@@ -105,6 +105,12 @@ class EngineLLM(llm.LLM[Literal["engine_metrics"]]):
         """The engine session (KV cache) this LLM's turns share (None when remote)."""
         return self._brain.session
 
+    def warm(self, instructions: str, tools: list[llm.Tool]) -> None:
+        """Start prefilling the agent's instructions and tools into the call's KV cache (e.g. while
+        the greeting plays), so the first turn prefills only the caller's words."""
+        self._brain.warm([{"role": "system", "content": instructions}], tools=tools_to_schemas(tools) or None,
+                         reasoning_effort=self._opts["reasoning_effort"])
+
     async def aclose(self) -> None:
         await self._brain.aclose()  # a remote brain's connections
         await super().aclose()

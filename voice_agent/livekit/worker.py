@@ -113,9 +113,12 @@ class CallFactory:
             turn_handling={
                 "turn_detection": inference.TurnDetector(version=TURN_DETECTOR_VERSION),
                 "interruption": {"mode": "vad"},
+                # LiveKit's own way to get ahead of the turn: the LLM starts on the final transcript
+                # before the end of the turn is confirmed (the engine keeps the prefix if it stands).
+                "preemptive_generation": {"enabled": self.cfg.speculative_prefill},
             },
         )
-        return session, ScenarioAgent(self.scenario, self.handlers)
+        return session, ScenarioAgent(self.scenario, self.handlers, warm=self.cfg.warm_prefill)
 
 
 def _log_turn(m: EngineTurnMetrics) -> None:
