@@ -11,6 +11,9 @@ matmul of more than one token is several times slower than fp32 (measured withou
 bf16 where the CPU multiplies it natively, fp32 elsewhere. It is opt-in: `auto` never picks it (its quality
 check on the trained brain is pending), and what it promises is `engine.quant.INT8_TOLERANCE`.
 
+`w8a8` is those int8 weights with int8 activations too (each linear's input quantised per pass,
+PyTorch's quantized CPU kernels); norms, attention and the KV cache stay fp32. Also opt-in.
+
 What is exact, and where:
 - fp32: token-for-token equality of a session turn vs the same turn from scratch, of batched vs
   alone, and of block size 1 vs AR. The tests of those properties pin fp32.
@@ -27,8 +30,9 @@ from pathlib import Path
 import torch
 
 PRECISION_ENV = "VOICE_AGENT_PRECISION"
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
-_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "auto": "auto", "int8": "int8"}
+PRECISIONS = ("auto", "fp32", "bf16", "int8", "w8a8")
+_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "auto": "auto", "int8": "int8",
+            "w8a8": "w8a8"}
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -61,13 +65,18 @@ class PrecisionError(ValueError):
 
 @dataclass(frozen=True)
 class Precision:
-    name: str          # "fp32" | "bf16" | "int8"
+    name: str          # "fp32" | "bf16" | "int8" | "w8a8"
     dtype: torch.dtype  # the activations' (and the KV cache's) dtype; for int8 also the scales'
     reason: str        # why this one: "asked for", "VOICE_AGENT_PRECISION=...", or the CPU flags
 
     @property
     def int8_weights(self) -> bool:
-        return self.name == "int8"
+        return self.name in ("int8", "w8a8")
+
+    @property
+    def int8_activations(self) -> bool:
+        """W8A8: the linears' inputs are quantised to int8 per pass too (engine/quant.py)."""
+        return self.name == "w8a8"
 
 
 def native_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
@@ -103,6 +112,8 @@ def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     name = _ALIASES.get(str(choice).strip().lower())
     if name is None:
         raise PrecisionError(f"precision must be one of {', '.join(PRECISIONS)}; got {choice!r}")
+    if name == "w8a8":
+        return Precision("w8a8", torch.float32, f"{source}; int8 weights, int8 activations per pass, fp32 elsewhere")
     if name == "int8":
         act = int8_activation_dtype()
         return Precision("int8", act, f"{source}; int8 weights, {str(act).replace('torch.', '')} activations")

@@ -9,6 +9,13 @@ reads a quarter of the fp32 weight bytes. Applied at load time, after the adapte
 merged weights are what is quantised. With tied embeddings the LM head gets its own int8 copy;
 the embedding table stays in the activation dtype (a lookup reads only the rows it needs).
 
+    quantize_w8a8(model)        # the same int8 weights, and int8 activations quantised per pass
+
+W8A8 keeps those per-channel int8 weights in PyTorch's FBGEMM/oneDNN packed form and quantises each
+input on the fly (one asymmetric uint8 scale per call: `torch.ops.quantized.linear_dynamic`), so
+the matmul runs int8 x int8. Without AVX512 that kernel streams the weights at memory speed where
+`_weight_int8pack_mm` de-quantises them in bf16 (measured below).
+
 What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/test_quant.py checks it on tiny
 random weights; the quality check on the trained brain is separate, see the README).
 """
@@ -95,13 +102,75 @@ class Int8Linear(nn.Module):
                 f"kernel {str(self.kernel_dtype).replace('torch.', '')}")
 
 
-def _fused(lins: list[nn.Linear], act: torch.dtype, kernel: torch.dtype, dense_above: int,
-           keep_dense: bool) -> Int8Linear:
+class W8A8Linear(nn.Module):
+    """y = dynamic_int8(x) @ Q.T * s + b: the same per-channel int8 weights as Int8Linear, packed
+    for PyTorch's quantized CPU kernels, with the input quantised per call (uint8, one scale).
+
+    Measured without AVX512 (SmolLM2-135M, 480-token cache, 1 thread, a busy machine), ms per pass
+    by new tokens, fp32 / W8A8: 1: 116 / 54, 2: 176 / 61, 4: 176 / 66, 8: 203 / 89, 32: 427 / 242."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dense_above: int = DENSE_ABOVE_ROWS) -> None:
+        super().__init__()
+        w = weight.detach().float()
+        scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        q = torch.quantize_per_channel(w, scales.double(), torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        self.in_features, self.out_features = w.shape[1], w.shape[0]
+        self.dense_above = dense_above
+        self.weight_bytes = w.numel() + scales.numel() * 4 + (0 if bias is None else bias.numel() * 4)
+        self._packed = torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
+        # Wide passes (a prefill) multiply by the de-quantised weight: one activation scale over
+        # many tokens lets a single outlier token (SmolLM2 has some) flatten all the others.
+        self.register_buffer("dense_weight", (q.dequantize()).contiguous(), persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features).float().contiguous()
+        if x2.shape[0] > self.dense_above:
+            y = torch.nn.functional.linear(x2, self.dense_weight, self.bias)
+        else:
+            # reduce_range: 7-bit activations, so the AVX2 u8 x s8 pair sums cannot saturate int16
+            y = torch.ops.quantized.linear_dynamic(x2, self._packed, True)
+        return y.view(*shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights and activations"
+
+
+def _stacked(lins: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     # Per-channel scales are per output row, so quantising the stacked weight gives exactly the
     # rows (and scales) that quantising each linear alone would.
     w = torch.cat([lin.weight.detach() for lin in lins])
     bias = None if lins[0].bias is None else torch.cat([lin.bias.detach() for lin in lins])
-    return Int8Linear(w, bias, act, kernel, dense_above, keep_dense)
+    return w, bias
+
+
+def _replace_linears(model: nn.Module, make, fuse: bool) -> int:
+    """Every nn.Linear of `model` -> make(weight, bias); with `fuse`, q/k/v and gate/up first become
+    one `qkv_proj` and one `gate_up_proj` (4 kernel calls per layer instead of 7)."""
+    count = 0
+    if fuse:
+        for mod in list(model.modules()):
+            if hasattr(mod, "qkv_proj") and isinstance(getattr(mod, "q_proj", None), nn.Linear):
+                mod.qkv_proj = make(*_stacked([mod.q_proj, mod.k_proj, mod.v_proj]))
+                del mod.q_proj, mod.k_proj, mod.v_proj
+                count += 3
+            if hasattr(mod, "gate_up_proj") and isinstance(getattr(mod, "gate_proj", None), nn.Linear):
+                mod.gate_up_proj = make(*_stacked([mod.gate_proj, mod.up_proj]))
+                del mod.gate_proj, mod.up_proj
+                count += 2
+    targets = [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.Linear)]
+    for name, lin in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, make(lin.weight, lin.bias))
+    return count + len(targets)
+
+
+def quantize_w8a8(model: nn.Module, fuse: bool = True) -> int:
+    """Replace every nn.Linear in `model` (layers and LM head) by a W8A8Linear; returns how many
+    linears were quantised. A tied LM head gets its own int8 copy; the embedding table stays."""
+    return _replace_linears(model, W8A8Linear, fuse)
 
 
 def quantize_int8(model: nn.Module, act_dtype: torch.dtype | None = None, kernel_dtype: torch.dtype | None = None,
@@ -115,36 +184,22 @@ def quantize_int8(model: nn.Module, act_dtype: torch.dtype | None = None, kernel
     one `gate_up_proj` (4 kernel calls per layer instead of 7; the same int8 rows and scales). A
     tied LM head gets its own int8 copy; the embedding table keeps its weights."""
     act = act_dtype or next(model.parameters()).dtype
-    kernel_dtype = kernel_dtype or KERNEL_DTYPE
-    count = 0
-    if fuse:
-        for mod in list(model.modules()):
-            if hasattr(mod, "qkv_proj") and isinstance(getattr(mod, "q_proj", None), nn.Linear):
-                mod.qkv_proj = _fused([mod.q_proj, mod.k_proj, mod.v_proj], act, kernel_dtype, dense_above,
-                                      keep_dense)
-                del mod.q_proj, mod.k_proj, mod.v_proj
-                count += 3
-            if hasattr(mod, "gate_up_proj") and isinstance(getattr(mod, "gate_proj", None), nn.Linear):
-                mod.gate_up_proj = _fused([mod.gate_proj, mod.up_proj], act, kernel_dtype, dense_above, keep_dense)
-                del mod.gate_proj, mod.up_proj
-                count += 2
-    targets = [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.Linear)]
-    for name, lin in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, Int8Linear(lin.weight, lin.bias, act, kernel_dtype, dense_above, keep_dense))
-    return count + len(targets)
+    kernel = kernel_dtype or KERNEL_DTYPE
+    return _replace_linears(model, lambda w, b: Int8Linear(w, b, act, kernel, dense_above, keep_dense), fuse)
 
 
 def linear_bytes(model: nn.Module) -> int:
     """Bytes of every linear weight (and its scales and bias): what one forward pass must read."""
     total = 0
     for mod in model.modules():
-        if isinstance(mod, nn.Linear | Int8Linear):
+        if isinstance(mod, W8A8Linear):
+            total += mod.weight_bytes
+        elif isinstance(mod, nn.Linear | Int8Linear):
             for t in (mod.weight, getattr(mod, "scales", None), mod.bias):
                 if t is not None:
                     total += t.numel() * t.element_size()
     return total
 
 
-__all__ = ["INT8_TOLERANCE", "Int8Linear", "Int8Tolerance", "linear_bytes", "quantize_int8"]
+__all__ = ["INT8_TOLERANCE", "Int8Linear", "Int8Tolerance", "W8A8Linear", "linear_bytes", "quantize_int8",
+           "quantize_w8a8"]

@@ -17,7 +17,7 @@ from engine.families import Family
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask, read_positions
 from engine.model import Transformer
-from engine.precision import Precision
+from engine.precision import Precision, PrecisionError
 from engine.sequence import StepInput
 
 
@@ -44,11 +44,18 @@ class ModelRunner:
                  device: torch.device | str | None = None) -> None:
         self.precision = precision
         self.info: dict = {}
-        if precision is not None and precision.int8_weights:
+        target = torch.device(device) if device is not None else model.embed_tokens.weight.device
+        if precision is not None and precision.int8_activations and target.type != "cpu":
+            raise PrecisionError(f"w8a8 runs on PyTorch's quantized CPU kernels only; on {target.type} use bf16")
+        if precision is not None and precision.int8_activations:
+            from engine.quant import quantize_w8a8
+
+            self.info["int8_linears"] = quantize_w8a8(model)
+        elif precision is not None and precision.int8_weights:
             from engine.quant import quantize_int8
 
             self.info["int8_linears"] = quantize_int8(model, precision.dtype)
-        self.device = torch.device(device) if device is not None else model.embed_tokens.weight.device
+        self.device = target
         self.model = model.to(self.device)
 
     @property

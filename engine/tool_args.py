@@ -11,7 +11,7 @@ import argparse
 import os
 
 EFFORT_CHOICES = ["instant", "low", "medium", "high"]  # engine/effort.py EFFORTS (a test keeps them equal)
-PRECISION_CHOICES = ["auto", "fp32", "bf16", "int8", "float32", "bfloat16"]  # engine/precision.py
+PRECISION_CHOICES = ["auto", "fp32", "bf16", "int8", "w8a8", "float32", "bfloat16"]  # engine/precision.py
 PRECISION_HELP = ("weights and activations (default: $VOICE_AGENT_PRECISION, else auto: bf16 only on CPUs with "
                   "AMX/AVX512-BF16, else fp32; int8 = weight-only int8 linears, opt-in)")
 

@@ -12,7 +12,7 @@ import torch
 
 from engine import Engine
 from engine.model import causal_mask
-from engine.quant import INT8_TOLERANCE, Int8Linear, linear_bytes, quantize_int8
+from engine.quant import INT8_TOLERANCE, Int8Linear, W8A8Linear, linear_bytes, quantize_int8
 from tests.tiny_models import save_tiny
 
 CALL = [
@@ -71,6 +71,37 @@ def test_int8_linear_matches_its_dequantised_weight_at_every_width():
         assert got.shape == (rows, 96) and got.dtype == torch.float32
         assert float((got - ref).abs().max()) < 0.05 * float(ref.abs().max())
     assert q(torch.randn(64)).shape == (96,)  # a 1-D input (the LM head at one position)
+
+
+def test_w8a8_replaces_every_linear_and_decodes_a_session(tiny_folder):
+    fp = Engine.load(tiny_folder, precision="fp32")
+    q = Engine.load(tiny_folder, precision="w8a8", family="smollm2-dllm", block_size=4)
+    assert q.info["precision"] == "w8a8" and q.info["int8_linears"] == 7 * 2 + 1
+    assert not any(isinstance(m, torch.nn.Linear) for m in q.model.modules())
+    assert isinstance(q.model.lm_head, W8A8Linear)
+    assert linear_bytes(q.model) < 0.27 * linear_bytes(fp.model)  # what a narrow pass reads
+    sess = q.session()
+    r = q.chat(CALL, reasoning_effort="instant", max_tokens=8, session=sess)
+    r2 = q.chat([*CALL, r.message(), {"role": "user", "content": "Tuesday."}], reasoning_effort="instant",
+                max_tokens=8, session=sess)
+    assert r2.metrics["completion_tokens"] > 0 and r2.metrics["cached_tokens"] > 0
+
+
+def test_w8a8_quantises_narrow_inputs_and_multiplies_wide_ones_by_the_dense_weight():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 96, bias=True).requires_grad_(False)
+    q = W8A8Linear(lin.weight, lin.bias, dense_above=4)
+    w = q.dense_weight
+    assert float((w - lin.weight).abs().max()) <= float(lin.weight.abs().max()) / 254 + 1e-7
+    for rows in (1, 3, 4):  # the int8 x int8 kernel: the input is rounded to 7 bits per call
+        x = torch.randn(rows, 64)
+        ref = x @ w.T + lin.bias
+        err = float((q(x) - ref).abs().max())
+        assert 0 < err < 0.05 * float(ref.abs().max())
+    for rows in (5, 32):  # a prefill: the de-quantised weight, fp32 activations
+        x = torch.randn(rows, 64)
+        assert torch.allclose(q(x), x @ w.T + lin.bias, atol=1e-5)
+    assert q(torch.randn(64)).shape == (96,)
 
 
 def test_quantize_int8_unties_the_lm_head_from_the_embedding():

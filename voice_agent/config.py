@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from engine import EFFORTS
 
 EFFORT_NAMES: tuple[str, ...] = tuple(EFFORTS)
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "int8", "w8a8")
 TTS_BACKENDS = ("hibari", "piper", "coqui")
 
 T = TypeVar("T", bound="CallOptions")
