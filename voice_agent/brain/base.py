@@ -65,6 +65,9 @@ class Brain(ABC):
         """Start prefilling the call's fixed prefix (system prompt + tools) in the background, e.g.
         while the greeting plays; the next turn waits for it and prefills only what follows."""
 
+    async def warmed(self) -> None:  # noqa: B027 - nothing to wait for where nothing warms
+        """Return once a warm-up started with `warm` has finished (at once if none runs)."""
+
     def prefill_ahead(self, messages: list[dict], **params: Any) -> None:
         """Start a speculative prefill of a turn not yet decided (the caller's words so far), so
         the turn, if it comes with the same words, has only its last tokens left to prefill."""

@@ -50,8 +50,8 @@ class EngineBrain(Brain):
         return self.engine.model_name
 
     def warm(self, messages: list[dict], **params: Any) -> None:
-        if self._warming is not None or self.session.tokens:
-            return  # once per call, and never over turns already cached
+        if self._warming is not None or getattr(self.session, "tokens", None) or not hasattr(self.engine, "warm"):
+            return  # once per call, never over turns already cached, and only where there is a cache
         kw = {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
         self._warming = concurrent.futures.Future()
 
@@ -68,7 +68,13 @@ class EngineBrain(Brain):
 
         threading.Thread(target=work, name=f"warm-{self.model_name}", daemon=True).start()
 
+    async def warmed(self) -> None:
+        if self._warming is not None:
+            await asyncio.shield(asyncio.wrap_future(self._warming))
+
     def _prefill_ahead(self, messages: list[dict], params: dict) -> None:
+        if not hasattr(self.engine, "prefill_ahead"):
+            return
         kw = {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
         guess = [dict(m) for m in messages]
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -106,8 +112,7 @@ class EngineBrain(Brain):
             self.speculation.wasted += 1
 
     async def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
-        if self._warming is not None and not self._warming.done():
-            await asyncio.shield(asyncio.wrap_future(self._warming))  # the session is busy until then
+        await self.warmed()  # the session is busy until then
         await self._settle_guess(messages)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, ("model", "precision", "engine_threads"), flags={"engine_threads": "--threads"})
     parser.add_argument("--adapter", default=None, metavar="FILE",
                         help="a LoRA adapter (.safetensors from `engine.train export`) instead of the shipped one")
-    add_flags(parser, ("max_tokens", "temperature"))
+    add_flags(parser, ("max_tokens", "temperature", "warm_prefill"))
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="seconds one caller turn may take")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -214,6 +214,9 @@ async def _converse(call: Call, scenario: Scenario, engine: Any, db: ClinicDB, t
     await runner.add_workers(worker)
     run = asyncio.create_task(runner.run())
     try:
+        if opts.warm_prefill:  # as a live call does while its greeting plays
+            await llm.warm(context)
+            await llm.brain.warmed()
         for line in call.caller:
             turn = collector.begin(line)
             record.turns.append(turn)
