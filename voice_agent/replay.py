@@ -356,6 +356,7 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "stt_model": opts.stt_model,
                             "stt_window": opts.stt_window,
                             "early_stt": opts.early_stt,
+                            "warm_prefill": opts.warm_prefill,
                             "stt": _totals(calls, "stt"),
                             "speculative_prefill": _totals(calls, "speculative_prefill"),
                             "command": " ".join(["voice-agent", "replay", *sys.argv[2:]]) if sys.argv[1:2] == ["replay"]
