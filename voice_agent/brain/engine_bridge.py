@@ -52,21 +52,15 @@ class EngineBrain(Brain):
     def warm(self, messages: list[dict], **params: Any) -> None:
         if self._warming is not None or getattr(self.session, "tokens", None) or not hasattr(self.engine, "warm"):
             return  # once per call, never over turns already cached, and only where there is a cache
-        kw = {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
-        self._warming = concurrent.futures.Future()
 
-        def work() -> None:
+        def work() -> int:
             t0 = time.perf_counter()
-            try:
-                self.warm_tokens = self.engine.warm(self.session, messages, **kw)
-                self.warm_ms = (time.perf_counter() - t0) * 1000
-                logger.debug(f"{self.model_name}: warm prefill of {self.warm_tokens} tokens in {self.warm_ms:.0f} ms")
-            except Exception as e:  # a failed warm-up costs the first turn its prefill, nothing more
-                logger.warning(f"{self.model_name}: warm prefill failed ({type(e).__name__}: {e})")
-            finally:
-                self._warming.set_result(None)
+            self.warm_tokens = self.engine.warm(self.session, messages, **_prefill_params(params))
+            self.warm_ms = (time.perf_counter() - t0) * 1000
+            logger.debug(f"{self.model_name}: warm prefill of {self.warm_tokens} tokens in {self.warm_ms:.0f} ms")
+            return self.warm_tokens
 
-        threading.Thread(target=work, name=f"warm-{self.model_name}", daemon=True).start()
+        self._warming = self._background("warm prefill", work)  # a failure costs the first turn its prefill
 
     async def warmed(self) -> None:
         if self._warming is not None:
@@ -75,28 +69,37 @@ class EngineBrain(Brain):
     def _prefill_ahead(self, messages: list[dict], params: dict) -> None:
         if not hasattr(self.engine, "prefill_ahead"):
             return
-        kw = {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
         guess = [dict(m) for m in messages]
-        done: concurrent.futures.Future = concurrent.futures.Future()
         before = self._guess[1] if self._guess is not None else None
-        self._guess = (guess, done)  # the latest guess is the one the turn is judged against
 
-        def work() -> None:
-            held = None
+        def work() -> int | None:
+            if before is not None:
+                before.result()  # a guess extends the one before it (the turn's first words)
+            held = self.engine.prefill_ahead(self.session, guess, **_prefill_params(params))
+            if held is None:
+                self.speculation.skipped += 1
+            else:
+                self.speculation.started += 1
+            return held
+
+        # The latest guess is the one the turn is judged against; a failed one costs nothing but itself.
+        self._guess = (guess, self._background("speculative prefill", work))
+
+    def _background(self, what: str, fn: Any) -> concurrent.futures.Future:
+        """Run `fn` in a worker thread; its future holds the result, or None if it raised (logged)."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            result = None
             try:
-                if before is not None:
-                    before.result()  # a guess extends the one before it (the turn's first words)
-                held = self.engine.prefill_ahead(self.session, guess, **kw)
-            except Exception as e:  # a failed guess costs nothing but itself
-                logger.warning(f"{self.model_name}: speculative prefill failed ({type(e).__name__}: {e})")
+                result = fn()
+            except Exception as e:
+                logger.warning(f"{self.model_name}: {what} failed ({type(e).__name__}: {e})")
             finally:
-                if held is None:
-                    self.speculation.skipped += 1
-                else:
-                    self.speculation.started += 1
-                done.set_result(held)
+                done.set_result(result)
 
-        threading.Thread(target=work, name=f"prefill-ahead-{self.model_name}", daemon=True).start()
+        threading.Thread(target=run, name=f"{what.replace(' ', '-')}-{self.model_name}", daemon=True).start()
+        return done
 
     async def _settle_guess(self, messages: list[dict]) -> None:
         """The turn is decided: was the last guess at it right? (A guess still prefilling holds
@@ -150,6 +153,11 @@ class EngineBrain(Brain):
                 yield _event(item)
         finally:
             stop.set()
+
+
+def _prefill_params(params: dict) -> dict:
+    """The turn parameters that shape a prefill's tokens."""
+    return {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
 
 
 def engine_error(e: Exception) -> BrainError:
