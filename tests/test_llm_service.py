@@ -66,6 +66,14 @@ def responses(frames: list[Frame]) -> list[str]:
     return out
 
 
+def tool_call_to_copy(call: dict) -> LLMContext:
+    """A context asking for `call` verbatim: the base model is weak at tools but copies text
+    faithfully, so it emits a real tool call."""
+    return LLMContext(
+        [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n<tool_call>\n{json.dumps(call)}\n</tool_call>"}],
+        tools=tools_schema(SCENARIO.tools))
+
+
 class StopAfterResponses(FrameProcessor):
     """Records what the LLM pushes and ends the pipeline after the n-th complete response, so a
     test can wait for a tool round trip without guessing a sleep."""
@@ -130,10 +138,7 @@ async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_eng
     llm = make_llm(base_engine, reasoning_effort="instant", max_tokens=64, tools=handlers,
                    filler=SCENARIO.filler, filler_after_s=0.4)
     call = {"name": "book_appointment", "arguments": {"patient_name": "John Smith", "date": day, "time": t}}
-    # The base model is weak at tools but copies text faithfully: have it emit a real tool call.
-    ctx = LLMContext(
-        [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n<tool_call>\n{json.dumps(call)}\n</tool_call>"}],
-        tools=tools_schema(SCENARIO.tools))
+    ctx = tool_call_to_copy(call)
     tap = StopAfterResponses(2)
     down, up = await run_test(Pipeline([llm, tap, LLMAssistantAggregator(ctx)]),
                               frames_to_send=[LLMContextFrame(ctx)], send_end_frame=False)

@@ -31,12 +31,12 @@ from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAg
 from pipecat.tests.utils import run_test
 
 from engine.server import ServerConfig, ServerThread, create_app, free_port
-from tests.test_llm_service import StopAfterResponses, responses  # ends the pipeline after the n-th response
+from tests.test_llm_service import StopAfterResponses, responses, tool_call_to_copy
 from voice_agent.brain.remote import RemoteBrain, api_base
 from voice_agent.clinic_db import ClinicDB
 from voice_agent.clinic_words import parse_time
 from voice_agent.scenarios import load_scenario
-from voice_agent.services.llm import EngineLLMService, EngineMetricsFrame, tools_schema
+from voice_agent.services.llm import EngineLLMService, EngineMetricsFrame
 
 TODAY = dt.date(2026, 11, 30)
 SCENARIO = load_scenario("dental_receptionist")
@@ -95,10 +95,7 @@ async def test_a_tool_call_from_the_server_runs_the_tool_and_the_model_again(ser
     llm = remote_llm(server.base_url, reasoning_effort="instant", max_tokens=64, tools=SCENARIO.bind_handlers(db),
                      filler=SCENARIO.filler)
     call = {"name": "book_appointment", "arguments": {"patient_name": "John Smith", "date": day, "time": t}}
-    # The base model is weak at tools but copies text faithfully: have it emit a real tool call.
-    ctx = LLMContext(
-        [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n<tool_call>\n{json.dumps(call)}\n</tool_call>"}],
-        tools=tools_schema(SCENARIO.tools))
+    ctx = tool_call_to_copy(call)
     tap = StopAfterResponses(2)
     _, up = await run_test(Pipeline([llm, tap, LLMAssistantAggregator(ctx)]),
                            frames_to_send=[LLMContextFrame(ctx)], send_end_frame=False)
