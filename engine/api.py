@@ -61,6 +61,9 @@ class Engine:
         # Tool calls keep to the tools' schemas and mangled control tags are repaired
         # (engine/block_rewrite.py, engine/tool_guide.py); False: the model's text is left as it is.
         self.guided_tools = True
+        # Answer text streams as soon as a block's left part is committed, not when the block is
+        # complete (engine/request.py); False: a block streams whole (what `engine.bench` compares).
+        self.stream_committed_prefix = True
         self._lock = threading.Lock()
 
     # -- loading -------------------------------------------------------------------------

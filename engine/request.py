@@ -24,6 +24,28 @@ if TYPE_CHECKING:
     from engine.session import Session
 
 
+# Text that block_rewrite may still rewrite: tags (and their mangled forms) and a bare "tool_call".
+_REWRITABLE = ("<", ">", "tool_call", "toolcall")
+
+
+def safe_stream_cut(full: str, start: int, stops: list[str]) -> int:
+    """How much of `full` may stream when its part after `start` is a block not yet finished: up to
+    the first rewritable text, stop string or broken character, less a tail that may begin one."""
+    cut = len(full)
+    for s in (*_REWRITABLE, *stops, "\ufffd"):
+        i = full.find(s, max(0, start - len(s) + 1))
+        if i >= 0:
+            cut = min(cut, i)
+    held = full[:cut]
+    hold = 0
+    for s in (*_REWRITABLE, *stops):
+        for k in range(len(s) - 1, hold, -1):
+            if held.endswith(s[:k]):
+                hold = k
+                break
+    return max(start, cut - hold)
+
+
 class Request:
     def __init__(self, engine: Engine, messages, tools, tokens: list[int], params: DecodeParams,
                  thinking_budget: int, thinking: bool, prefix: str, stops: list[str], session: Session | None,
@@ -47,6 +69,7 @@ class Request:
         # Repair mangled control tags and keep tool calls in their schemas (engine/block_rewrite.py).
         self.guided = engine.guided_tools
         self.guide: ToolCallGuide | None = None
+        self.early = engine.stream_committed_prefix
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -67,7 +90,7 @@ class Request:
         """Turn newly final tokens into events; apply stop strings and the thinking budget."""
         st = self.state
         if not st.new_final:
-            return []
+            return self._absorb_committed_prefix() if self.early else []
         if self.guided:
             rewrite_finished_block(self)
         if self.ttft_ms is None:
@@ -94,6 +117,37 @@ class Request:
             # The thinking budget is spent: close the thought and make the model answer.
             st.force(tok.encode("\n</think>\n\n", add_special_tokens=False).ids)
             self.reasoning_closed = True
+        if self.early:
+            events += self._absorb_committed_prefix()
+        return events
+
+    def _absorb_committed_prefix(self) -> list[StreamEvent]:
+        """Stream the answer text of the current block's committed left part before the block
+        completes (a block of B tokens otherwise streams only after its slowest position).
+
+        Only text no later rule can change goes out: answer text (reasoning closed, no call open),
+        cut before any "<" or ">" (a tag, or a mangled one, that block_rewrite may repair), any
+        stop string, a bare "tool_call" (repaired into a call opener), or an undecodable byte; and
+        holding back a tail that could begin a stop string or "tool_call". What the finished block
+        then adds is exactly the rest of the text, so the streamed text equals the final one."""
+        st = self.state
+        if st.done or not self.reasoning_closed or self.parser.mode != "answer" or self.guide is not None:
+            return []
+        toks = st.committed_prefix()
+        if not toks:
+            return []
+        full = self.engine.tokenizer.decode(st.generated + toks, skip_special_tokens=True)
+        if not full.startswith(self.text):
+            return []
+        cut = safe_stream_cut(full, len(self.text), self.stops)
+        if cut <= len(self.text):
+            return []
+        delta, self.text = full[len(self.text):cut], full[:cut]
+        if self.ttft_ms is None:
+            self.ttft_ms = self._ms()
+        events = [StreamEvent(kind, text, self._ms()) for kind, text in self.parser.feed(delta)]
+        if self.ttfat_ms is None and any(e.type == "answer" for e in events):
+            self.ttfat_ms = events[0].t_ms
         return events
 
     def abandon(self) -> None:

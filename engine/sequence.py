@@ -99,6 +99,20 @@ class Sequence:
     def remaining(self) -> int:
         return self.params.max_tokens - len(self.generated)
 
+    def committed_prefix(self) -> list[int]:
+        """The current block's committed tokens left of its first open position (carried-in ones
+        excluded), up to an end of turn. A committed position never changes, so these tokens are
+        what the block will hold, unless a text rule rewrites the finished block (engine/request.py
+        streams them only where none can)."""
+        if self.done or not self.block:
+            return []
+        out = []
+        for j in range(self.offset, len(self.block)):
+            if not self.committed[j] or self.block[j] in self.eos_ids:
+                break
+            out.append(self.block[j])
+        return out
+
     # -- one pass -----------------------------------------------------------------------------------
     def step_input(self) -> StepInput:
         with_block = self._needs_block_in_input()

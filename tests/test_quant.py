@@ -145,6 +145,8 @@ def test_bench_json_keeps_its_keys_and_adds_the_roofline(tiny_folder, capsys):
     assert set(out["ms_per_pass"]) == {"1", "2", "4", "8", "16", "32"}
     assert out["floor_ms_per_pass"] == pytest.approx(out["weight_bytes_per_pass"] / out["bandwidth_gbps"] / 1e6, rel=0.02)
     assert out["llamacpp_decode_tok_s"] is None and out["llamacpp_q8_0_decode_tok_s"] is None  # skipped: null
+    row = out["by_effort"]["instant"]
+    assert row["whole_block_ttfat_ms_p50"] is None or row["whole_block_ttfat_ms_p50"] > 0
 
 
 def test_the_engine_never_imports_voice_agent():

@@ -1,0 +1,103 @@
+"""Answer text streams as soon as a block's left part is committed, and says exactly what the
+finished blocks say (engine/request.py `_absorb_committed_prefix`, `safe_stream_cut`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.request import safe_stream_cut
+
+SYSTEM = "You are the receptionist of Bright Smile Dental. Answer briefly."
+
+
+@pytest.mark.parametrize(
+    ("full", "start", "stops", "cut"),
+    [
+        ("Sure, I can help", 0, [], 16),             # plain text streams whole
+        ("Sure <tool_call>", 0, [], 5),              # never a tag: block_rewrite may repair it
+        ("Sure </th", 0, [], 5),
+        ("ok a > b", 0, [], 5),
+        ("Let me tool_call", 0, [], 7),              # a bare "tool_call" becomes a call opener
+        ("Let me tool", 0, [], 7),                   # ...and so may a tail that begins one
+        ("Let me tools", 0, [], 12),                 # not a prefix of it any more
+        ("Bye now\nUser: hi", 0, ["\nUser:"], 7),   # never a stop string
+        ("Bye now\nUs", 0, ["\nUser:"], 7),          # nor a tail that may begin one
+        ("caf\ufffd", 0, [], 3),                     # nor half a character
+        ("Hello <x> there", 9, [], 15),              # rules apply after what already streamed
+        ("Hello th", 8, [], 8),                      # nothing new: stays at start
+    ],
+)
+def test_safe_stream_cut(full, start, stops, cut):
+    assert safe_stream_cut(full, start, stops) == cut
+
+
+def _stream(eng, messages, early: bool, **kw):
+    eng.stream_committed_prefix = early
+    eng.runner.passes = 0
+    out, result = [], None
+    orig = eng.runner.forward
+
+    def counting(plan, rows):
+        eng.runner.passes += 1
+        return orig(plan, rows)
+
+    eng.runner.forward = counting
+    try:
+        for ev in eng.stream(messages, **kw):
+            if ev.type == "answer":
+                out.append((eng.runner.passes, ev.text))
+            elif ev.type == "done":
+                result = ev.result
+    finally:
+        eng.runner.forward = orig
+        del eng.runner.passes
+        eng.stream_committed_prefix = True
+    return out, result
+
+
+@pytest.mark.parametrize("question", [
+    "How long does a filling usually take?",
+    "Can you cancel my appointment tomorrow? I'm sick.",
+    "Do I need to bring anything to my first visit?",
+])
+def test_the_default_model_streams_committed_words_before_their_block_is_complete(default_engine, question):
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    whole, r_whole = _stream(default_engine, msgs, early=False, reasoning_effort="instant", max_tokens=32)
+    early, r_early = _stream(default_engine, msgs, early=True, reasoning_effort="instant", max_tokens=32)
+    # The same decode: the same tokens, the same answer, and the stream says exactly the answer.
+    assert r_early.raw_text == r_whole.raw_text
+    assert r_early.metrics["forward_passes"] == r_whole.metrics["forward_passes"]
+    assert "".join(t for _, t in early).strip() == r_early.text
+    assert "".join(t for _, t in whole).strip() == r_whole.text
+    # Every word streams no later than its block, and some words stream passes earlier.
+    def by_pass(evs):
+        text, out = "", []
+        for p, t in evs:
+            text += t
+            out.append((p, len(text)))
+        return out
+
+    def pass_of(evs, n):
+        return next(p for p, k in by_pass(evs) if k >= n)
+
+    n = len("".join(t for _, t in whole))
+    for k in range(1, n + 1, 4):
+        assert pass_of(early, k) <= pass_of(whole, k)
+    assert len(early) > len(whole)
+    assert sum(pass_of(early, k) for k in range(1, n + 1)) < sum(pass_of(whole, k) for k in range(1, n + 1))
+
+
+def test_streaming_early_keeps_tool_calls_intact(default_engine):
+    tools = [{"type": "function", "function": {
+        "name": "cancel_appointment", "description": "Cancel the caller's appointment.",
+        "parameters": {"type": "object", "properties": {"patient_name": {"type": "string"}},
+                       "required": ["patient_name"]}}}]
+    msgs = [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "this is dana whitfield please cancel my appointment"}]
+    whole, r_whole = _stream(default_engine, msgs, early=False, tools=tools, reasoning_effort="instant", max_tokens=48)
+    early, r_early = _stream(default_engine, msgs, early=True, tools=tools, reasoning_effort="instant", max_tokens=48)
+    assert r_early.raw_text == r_whole.raw_text
+    assert r_early.message() == r_whole.message()
+    # What streams early is what streams whole, markup the model wrote itself included.
+    assert "".join(t for _, t in early) == "".join(t for _, t in whole)
+    assert "".join(t for _, t in early).strip() == r_early.text
