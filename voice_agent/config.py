@@ -21,8 +21,22 @@ from engine import EFFORTS
 EFFORT_NAMES: tuple[str, ...] = tuple(EFFORTS)
 PRECISIONS = ("auto", "fp32", "bf16", "int8", "w8a8")
 TTS_BACKENDS = ("hibari", "piper", "coqui")
+# A reply's first piece goes to the TTS after this many words if no clause mark came first
+# (voice_agent/services/clause.py). Measured on the sample call (2 vCPUs, a trainer on one):
+# 8 words: e2e p50 3,509 ms, longest pause inside a reply 40-280 ms; 4 words: 2,390 ms, 280-920 ms.
+FIRST_CLAUSE_WORDS = 4
 
 T = TypeVar("T", bound="CallOptions")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def knob(default: Any, flag: str, help: str, **argparse_kw: Any) -> Any:
@@ -71,6 +85,10 @@ class CallOptions:
     tts: str = knob("hibari", "--tts", "TTS backend (piper needs piper-tts installed and --tts-voice; coqui needs "
                     "--tts-model-dir)", choices=TTS_BACKENDS)
     tts_voice_path: str | None = knob(None, "--tts-voice", "piper voice .onnx file")
+    first_clause_words: int = knob(FIRST_CLAUSE_WORDS, "--first-clause-words",
+                                   "a reply's first words go to the TTS once it has more than N words (or at its "
+                                   "first clause mark after 3), before its sentence ends; the rest goes by sentences",
+                                   type=positive_int, metavar="N")
     tts_model_dir: str | None = knob(None, "--tts-model-dir", "Coqui TTS model folder")
     # -- turns -------------------------------------------------------------------------------
     smart_turn: bool = knob(False, "--smart-turn", "end turns with the Smart Turn v3 model (fewer cut-offs, "
@@ -110,7 +128,7 @@ class CallOptions:
 LLM_FLAGS = ("model", "reasoning_effort", "max_tokens", "temperature", "filler_after_s",
              "llm_url", "llm_model", "llm_api_key", "llm_timeout_s", "warm_prefill", "speculative_prefill",
              "precision", "engine_threads")
-SPEECH_FLAGS = ("stt_model", "tts", "tts_voice_path", "tts_model_dir", "smart_turn", "vad_stop_secs",
+SPEECH_FLAGS = ("stt_model", "tts", "tts_voice_path", "tts_model_dir", "first_clause_words", "smart_turn", "vad_stop_secs",
                 "vad_start_secs", "vad_min_volume", "allow_interruptions", "greeting")
 LIVE_CALL_FLAGS = ("scenario", *LLM_FLAGS, *SPEECH_FLAGS, "db_path")  # mic, phone, room
 

@@ -101,7 +101,8 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
         brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
         max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(*backends),
         filler=scenario.filler, filler_after_s=options.filler_after_s)
-    tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir)
+    tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir,
+                   first_clause_words=options.first_clause_words)
 
     context = LLMContext(messages=[], tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext()
     vad = PauseAwareSileroVAD(params=VADParams(confidence=options.vad_confidence, start_secs=options.vad_start_secs,

@@ -180,22 +180,36 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
 
 # --- one call ----------------------------------------------------------------------------------
 
-def _leading_silence(turns: list[dict], capture: Any, threshold: int = 500, rate: int = 16000) -> None:
-    """How long each answer's first audio stays silent (TTS padding) before the caller hears a
-    voice: e2e_ms counts to the first audio sent, as defined; this says what the ear gets."""
+def _bot_audio_gaps(turns: list[dict], capture: Any, threshold: int = 500, rate: int = 16000,
+                    frame_s: float = 0.02) -> None:
+    """What the ear gets of each answer: how long its first audio stays silent (TTS padding) before
+    a voice is heard (`bot_leading_silence_ms`; e2e_ms counts to the first audio sent, as defined),
+    and the longest silence inside it, between its first and last audible frame
+    (`bot_longest_pause_ms`: a reply spoken in pieces waits there for the model's next words)."""
     import numpy as np
 
     track = capture.bot_track(0, rate)
     loud = np.abs(track.astype(np.int32)) > threshold
+    frame = max(1, int(frame_s * rate))
     for t in turns:
-        start = t["timeline_s"].get("first_bot_audio")
-        t["bot_leading_silence_ms"] = None
+        tl = t["timeline_s"]
+        start = tl.get("first_bot_audio")
+        t["bot_leading_silence_ms"] = t["bot_longest_pause_ms"] = None
         if start is None:
             continue
         window = loud[int(start * rate): int((start + 2.0) * rate)]
         hits = np.flatnonzero(window)
         if hits.size:
             t["bot_leading_silence_ms"] = round(hits[0] / rate * 1000, 1)
+        stop = tl.get("bot_stopped")
+        if stop is None or stop <= start:
+            continue
+        seg = loud[int(start * rate): int(stop * rate)]
+        n = len(seg) // frame
+        frames = np.flatnonzero(seg[: n * frame].reshape(n, frame).any(axis=1))
+        if frames.size:
+            gaps = np.diff(frames) - 1  # silent frames between two audible ones
+            t["bot_longest_pause_ms"] = round(float(gaps.max(initial=0)) * frame_s * 1000, 1)
 
 
 def _transcript(entry: dict, caller_lines: list[dict]) -> dict:
@@ -288,7 +302,7 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
         elif record["e2e_from"] == "recording":
             record["e2e_from"] = "unmatched"
         entry["turns"].append(record)
-    _leading_silence(entry["turns"], transport.capture)
+    _bot_audio_gaps(entry["turns"], transport.capture)
     g = observer.greeting
     entry["greeting"] = {"bot_text": g.bot_text.strip(),
                          "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
@@ -359,6 +373,9 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "warm_prefill": opts.warm_prefill,
                             "stt": _totals(calls, "stt"),
                             "speculative_prefill": _totals(calls, "speculative_prefill"),
+                            "first_clause_words": opts.first_clause_words,
+                            "bot_longest_pause_ms": distribution(t.get("bot_longest_pause_ms") for c in calls
+                                                                 for t in c.get("turns") or []),
                             "command": " ".join(["voice-agent", "replay", *sys.argv[2:]]) if sys.argv[1:2] == ["replay"]
                             else " ".join(sys.argv),
                             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -402,6 +419,10 @@ def print_summary(report: dict, out_dir: Path) -> None:
     print(f"ttfat_ms p50 {ttfat['p50']}  p95 {ttfat['p95']}  p99 {ttfat['p99']}")
     print(f"budget {s['budget_ms']:.0f} ms: pass rate {'-' if rate is None else f'{rate:.0%}'}; "
           f"dominant stage: {s['dominant_stage']}")
+    pause = s.get("bot_longest_pause_ms") or {}
+    if pause.get("max") is not None:
+        print(f"longest pause inside a reply: p50 {pause['p50']}  max {pause['max']} ms "
+              f"(first {s.get('first_clause_words')} words to the TTS before the sentence ends)")
     spec = s.get("speculative_prefill") or {}
     if spec:
         print(f"speculative prefill: {spec.get('used', 0)} of {spec.get('started', 0)} used "

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="*", metavar="INPUT", default=argparse.SUPPRESS,
                         help="audio files (WAV, FLAC, OGG/Opus, MP3) or folders of them (default: the shipped sample call)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for report.json, report.html and the calls")
-    add_flags(parser, ("scenario", *LLM_FLAGS, "smart_turn", "stt_model", "stt_window", "early_stt"))
+    add_flags(parser, ("scenario", *LLM_FLAGS, "smart_turn", "stt_model", "stt_window", "early_stt",
+                       "first_clause_words"))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--realtime", dest="fast", action="store_false", default=argparse.SUPPRESS,
                       help="feed caller audio at wall-clock rate: the honest latency mode, and the default")

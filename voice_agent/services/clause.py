@@ -15,8 +15,10 @@ from collections.abc import AsyncIterator
 from pipecat.utils.text.base_text_aggregator import Aggregation, TextType
 from pipecat.utils.text.simple_text_aggregator import SimpleTextAggregator
 
+from voice_agent.config import FIRST_CLAUSE_WORDS
+
 MIN_WORDS = 3   # "Sure, ..." alone is too short a clause to be worth a TTS request
-MAX_WORDS = 8   # a long first clause is cut at a word boundary, not at its end
+MAX_WORDS = FIRST_CLAUSE_WORDS  # a long first clause is cut at a word boundary, not at its end
 CLAUSE_MARKS = ",;:"
 
 

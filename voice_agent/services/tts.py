@@ -28,7 +28,7 @@ from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
 
-from voice_agent.services.clause import FirstClauseAggregator
+from voice_agent.services.clause import MAX_WORDS, FirstClauseAggregator
 
 TTS_BACKENDS = ("hibari", "piper", "coqui")
 _END = object()
@@ -72,7 +72,8 @@ class _LocalTTSService(TTSService):
     native_rate: int = 24000
     _lock = threading.Lock()
 
-    def __init__(self, *, model: str, voice: str, trim: bool = True, **kwargs) -> None:
+    def __init__(self, *, model: str, voice: str, trim: bool = True, first_clause_words: int = MAX_WORDS,
+                 **kwargs) -> None:
         kwargs.setdefault("push_start_frame", True)
         kwargs.setdefault("push_stop_frames", True)
         # A local model that returns no audio for a "sentence" like "..." is not broken; never
@@ -83,7 +84,8 @@ class _LocalTTSService(TTSService):
             # Pipecat builds its SimpleTextAggregator here with no way to pass another: swap it for the
             # first-clause one (voice_agent/services/clause.py) with the same settings.
             self._text_aggregator = FirstClauseAggregator(aggregation_type=self._text_aggregation_mode,
-                                                          language=self._text_aggregator.language)
+                                                          language=self._text_aggregator.language,
+                                                          max_words=first_clause_words)
         self.trim = trim
         self._resampler = create_stream_resampler()
 
