@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from engine.api import Engine, Request
 from engine.effort import EFFORTS
+from engine.precision import PRECISIONS
 from engine.tools import parse_tool_calls
 
 HELDOUT = Path(__file__).parent / "weights" / "heldout.jsonl.gz"
@@ -152,6 +153,33 @@ def merge(paths: list[Path]) -> dict:
     return out
 
 
+def agreement(eng: Engine, other: Engine, recs: list[dict], effort: str, max_tokens: int, batch: int,
+              desc: str) -> dict:
+    """The same weights at two precisions (e.g. int8 against bf16), decoded the same way: ROUGE-L F1 of
+    their answers on the chat turns, and on the tool turns how often both make the same call."""
+    rouge, same_call, n_tool = [], 0, 0
+    for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
+        chunk = recs[i : i + batch]
+        outs = []
+        for e in (eng, other):
+            reqs = [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens)
+                    for r in chunk]
+            outs.append(e.generate(reqs))
+        for rec, a, b in zip(chunk, outs[0], outs[1], strict=True):
+            if rec.get("tool_call"):
+                n_tool += 1
+                same_call += bool(a.tool_calls) and [c["function"] for c in a.tool_calls] == \
+                    [c["function"] for c in b.tool_calls]
+            else:
+                rouge.append(rouge_l(a.text, b.text))
+    return {
+        "rouge_l": round(sum(rouge) / len(rouge), 4) if rouge else None,
+        "same_tool_call_rate": round(same_call / n_tool, 4) if n_tool else None,
+        "n_chat": len(rouge),
+        "n_tool": n_tool,
+    }
+
+
 def speed(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> dict:
     """Batch-1 decode speed, diffusion vs AR, interleaved per prompt so machine noise hits both."""
     dt = at = dn = an = 0.0
@@ -192,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=0, help="override the adapter's block size")
     p.add_argument("--threshold", type=float, default=None, help="override the effort's threshold")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--precision", default=None, choices=PRECISIONS,
+                   help="weights and activations (default: $VOICE_AGENT_PRECISION, else auto)")
+    p.add_argument("--against-precision", default=None, choices=PRECISIONS, metavar="P",
+                   help="also decode the prompts at precision P and report how closely --precision agrees with it "
+                        "(ROUGE-L of the answers, the same tool calls), e.g. --precision int8 --against-precision bf16")
     p.add_argument("--no-tool-guide", action="store_true",
                    help="let the model write tool calls unguided (default: schema-guided, as served)")
     p.add_argument("--tool-prompts-only", action="store_true", help="evaluate only the held-out tool turns")
@@ -204,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.threads:
         torch.set_num_threads(a.threads)
-    eng = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None)
+    eng = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None, precision=a.precision)
     if a.threshold is not None:
         from engine import effort as eff_mod
 
@@ -226,6 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         table[eff] = quality(eng, ar, recs[: a.table_prompts], eff, a.max_tokens, a.batch, f"table {eff}")
     head = quality(eng, ar, recs, a.effort, a.max_tokens, a.batch, f"eval {a.effort}")
     table[a.effort] = dict(head)
+    versus = None
+    if a.against_precision:
+        other = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None, precision=a.against_precision)
+        other.guided_tools = eng.guided_tools
+        versus = {"precision": other.info.get("precision"),
+                  **agreement(eng, other, recs, a.effort, a.max_tokens, a.batch, f"vs {a.against_precision}")}
+        del other
+        print(f"{eng.info.get('precision')} vs {versus['precision']} at {a.effort}: ROUGE-L {versus['rouge_l']} "
+              f"({versus['n_chat']} chat turns), same tool call {versus['same_tool_call_rate']} ({versus['n_tool']} tool turns)")
     spd = speed(eng, ar, recs[: a.speed_prompts], a.effort, a.max_tokens)
     inst = speed(eng, ar, [r for r in recs if not r.get("tool_call")][: a.speed_prompts], "instant", a.max_tokens)
     print(f"{'effort':8s} {'tok/fwd':>8s} {'rougeL/teacher':>15s} {'rougeL/ownAR':>13s} {'repeat':>7s} {'tool ok':>8s} {'n':>4s}")
@@ -241,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "adapter": eng.info.get("adapter", {}),
         "reasoning_effort": a.effort,
         "tool_guide": not a.no_tool_guide,
+        "precision": eng.info.get("precision"),
+        "against_precision": versus,
         "block_size": eng.family.block_size,
         **head,
         **spd,
