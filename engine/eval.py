@@ -156,8 +156,9 @@ def merge(paths: list[Path]) -> dict:
 def agreement(eng: Engine, other: Engine, recs: list[dict], effort: str, max_tokens: int, batch: int,
               desc: str) -> dict:
     """The same weights at two precisions (e.g. int8 against bf16), decoded the same way: ROUGE-L F1 of
-    their answers on the chat turns, and on the tool turns how often both make the same call."""
-    rouge, same_call, n_tool = [], 0, 0
+    their answers on the chat turns; on the tool turns, how often both do the same (the same calls
+    with the same arguments, or both no call) and how many calls each made."""
+    rouge, same, made, made_other, n_tool = [], 0, 0, 0, 0
     for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
         chunk = recs[i : i + batch]
         outs = []
@@ -168,13 +169,15 @@ def agreement(eng: Engine, other: Engine, recs: list[dict], effort: str, max_tok
         for rec, a, b in zip(chunk, outs[0], outs[1], strict=True):
             if rec.get("tool_call"):
                 n_tool += 1
-                same_call += bool(a.tool_calls) and [c["function"] for c in a.tool_calls] == \
-                    [c["function"] for c in b.tool_calls]
+                made, made_other = made + bool(a.tool_calls), made_other + bool(b.tool_calls)
+                same += [c["function"] for c in a.tool_calls] == [c["function"] for c in b.tool_calls]
             else:
                 rouge.append(rouge_l(a.text, b.text))
     return {
         "rouge_l": round(sum(rouge) / len(rouge), 4) if rouge else None,
-        "same_tool_call_rate": round(same_call / n_tool, 4) if n_tool else None,
+        "same_tool_behaviour_rate": round(same / n_tool, 4) if n_tool else None,
+        "tool_turns_with_a_call": made,
+        "tool_turns_with_a_call_against": made_other,
         "n_chat": len(rouge),
         "n_tool": n_tool,
     }
@@ -222,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--precision", default=None, choices=PRECISIONS,
                    help="weights and activations (default: $VOICE_AGENT_PRECISION, else auto)")
-    p.add_argument("--against-precision", default=None, choices=PRECISIONS, metavar="P",
-                   help="also decode the prompts at precision P and report how closely --precision agrees with it "
-                        "(ROUGE-L of the answers, the same tool calls), e.g. --precision int8 --against-precision bf16")
+    p.add_argument("--against-precision", default="", metavar="P[,Q]",
+                   help="also decode the prompts at precision P (and Q...) and report how closely --precision agrees "
+                        "with each (ROUGE-L of the answers, the same tool behaviour), e.g. --precision int8 "
+                        f"--against-precision bf16,fp32; one of {', '.join(PRECISIONS)}")
     p.add_argument("--no-tool-guide", action="store_true",
                    help="let the model write tool calls unguided (default: schema-guided, as served)")
     p.add_argument("--tool-prompts-only", action="store_true", help="evaluate only the held-out tool turns")
@@ -232,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", nargs="+", type=Path, help="merge the --json outputs of shard runs and print the result")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    against = [x.strip() for x in a.against_precision.split(",") if x.strip()]
+    for name in against:
+        if name not in PRECISIONS:
+            p.error(f"--against-precision: {name!r} is not one of {', '.join(PRECISIONS)}")
     if a.merge:
         print(json.dumps(merge(a.merge)))
         return 0
@@ -259,15 +267,18 @@ def main(argv: list[str] | None = None) -> int:
         table[eff] = quality(eng, ar, recs[: a.table_prompts], eff, a.max_tokens, a.batch, f"table {eff}")
     head = quality(eng, ar, recs, a.effort, a.max_tokens, a.batch, f"eval {a.effort}")
     table[a.effort] = dict(head)
-    versus = None
-    if a.against_precision:
-        other = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None, precision=a.against_precision)
+    versus = []
+    for name in against:
+        other = Engine.load(a.model, adapter=a.adapter, block_size=a.block_size or None, precision=name)
         other.guided_tools = eng.guided_tools
-        versus = {"precision": other.info.get("precision"),
-                  **agreement(eng, other, recs, a.effort, a.max_tokens, a.batch, f"vs {a.against_precision}")}
+        v = {"precision": other.info.get("precision"),
+             **agreement(eng, other, recs, a.effort, a.max_tokens, a.batch, f"vs {name}")}
         del other
-        print(f"{eng.info.get('precision')} vs {versus['precision']} at {a.effort}: ROUGE-L {versus['rouge_l']} "
-              f"({versus['n_chat']} chat turns), same tool call {versus['same_tool_call_rate']} ({versus['n_tool']} tool turns)")
+        versus.append(v)
+        print(f"{eng.info.get('precision')} vs {v['precision']} at {a.effort}: ROUGE-L {v['rouge_l']} "
+              f"({v['n_chat']} chat turns); the same tool behaviour on {v['same_tool_behaviour_rate']} of "
+              f"{v['n_tool']} tool turns (a call made on {v['tool_turns_with_a_call']} vs "
+              f"{v['tool_turns_with_a_call_against']})")
     spd = speed(eng, ar, recs[: a.speed_prompts], a.effort, a.max_tokens)
     inst = speed(eng, ar, [r for r in recs if not r.get("tool_call")][: a.speed_prompts], "instant", a.max_tokens)
     print(f"{'effort':8s} {'tok/fwd':>8s} {'rougeL/teacher':>15s} {'rougeL/ownAR':>13s} {'repeat':>7s} {'tool ok':>8s} {'n':>4s}")

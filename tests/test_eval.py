@@ -24,17 +24,25 @@ def _run(capsys, folder, *extra: str) -> dict:
 
 def test_a_precision_agrees_with_itself_exactly(tiny_folder, capsys):
     out = _run(capsys, tiny_folder, "--precision", "fp32", "--against-precision", "fp32")
-    versus = out["against_precision"]
+    [versus] = out["against_precision"]
     assert out["precision"] == "fp32" and versus["precision"] == "fp32"
     assert versus["n_chat"] + versus["n_tool"] == 6
-    assert versus["rouge_l"] == 1.0  # the same weights, the same decode: the same answers
+    # the same weights, the same decode: the same answers, the same tool calls
+    assert versus["rouge_l"] == 1.0
+    assert versus["n_tool"] == 0 or versus["same_tool_behaviour_rate"] == 1.0
 
 
 def test_int8_against_fp32_is_reported_between_zero_and_one(tiny_folder, capsys):
-    out = _run(capsys, tiny_folder, "--precision", "int8", "--against-precision", "fp32")
-    versus = out["against_precision"]
-    assert out["precision"] == "int8" and versus["precision"] == "fp32"
-    assert 0.0 <= versus["rouge_l"] <= 1.0
+    out = _run(capsys, tiny_folder, "--precision", "int8", "--against-precision", "fp32,bf16")
+    assert [v["precision"] for v in out["against_precision"]] == ["fp32", "bf16"]
+    assert out["precision"] == "int8"
+    assert all(0.0 <= v["rouge_l"] <= 1.0 for v in out["against_precision"])
+
+
+def test_an_unknown_precision_is_a_clear_error(tiny_folder, capsys):
+    with pytest.raises(SystemExit):
+        _run(capsys, tiny_folder, "--against-precision", "fp8")
+    assert "not one of" in capsys.readouterr().err
 
 
 def test_rouge_l():
