@@ -14,7 +14,7 @@ from pathlib import Path
 
 from voice_agent.latency.report import load_report
 
-DIST_METRICS = ("e2e_ms", "ttfat_ms", "ttft_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms")
+DIST_METRICS = ("e2e_ms", "ttfat_ms", "ttft_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms", "bot_longest_pause_ms")
 GATED_P95 = ("e2e_ms", "ttfat_ms")
 RATES = ("budget_pass_rate", "ttfat_budget_pass_rate")
 GATED_RATES = ("budget_pass_rate",)
