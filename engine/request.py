@@ -107,11 +107,9 @@ class Request:
                 st.stop()
                 final = True
                 self.stopped_by_string = True
-        events = [StreamEvent(kind, text, self._ms()) for kind, text in self.parser.feed(delta, final=final)]
+        events = self._feed(delta, final)
         if not self.reasoning_closed and self.parser.mode != "reasoning":
             self.reasoning_closed = True
-        if self.ttfat_ms is None and any(e.type == "answer" for e in events):
-            self.ttfat_ms = events[0].t_ms
         if (not self.reasoning_closed and not st.done and st.steps_in_block == 0
                 and len(st.generated) >= self.thinking_budget):
             # The thinking budget is spent: close the thought and make the model answer.
@@ -145,7 +143,11 @@ class Request:
         delta, self.text = full[len(self.text):cut], full[:cut]
         if self.ttft_ms is None:
             self.ttft_ms = self._ms()
-        events = [StreamEvent(kind, text, self._ms()) for kind, text in self.parser.feed(delta)]
+        return self._feed(delta)
+
+    def _feed(self, delta: str, final: bool = False) -> list[StreamEvent]:
+        """New text through the output parser, as events; the first answer event sets TTFAT."""
+        events = [StreamEvent(kind, text, self._ms()) for kind, text in self.parser.feed(delta, final=final)]
         if self.ttfat_ms is None and any(e.type == "answer" for e in events):
             self.ttfat_ms = events[0].t_ms
         return events

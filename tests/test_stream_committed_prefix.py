@@ -32,25 +32,26 @@ def test_safe_stream_cut(full, start, stops, cut):
 
 
 def _stream(eng, messages, early: bool, **kw):
+    """Stream a turn; return (each answer event's text with the forward passes run before it, the result)."""
     eng.stream_committed_prefix = early
-    eng.runner.passes = 0
+    passes = 0
     out, result = [], None
-    orig = eng.runner.forward
+    forward = eng.runner.forward
 
     def counting(plan, rows):
-        eng.runner.passes += 1
-        return orig(plan, rows)
+        nonlocal passes
+        passes += 1
+        return forward(plan, rows)
 
     eng.runner.forward = counting
     try:
         for ev in eng.stream(messages, **kw):
             if ev.type == "answer":
-                out.append((eng.runner.passes, ev.text))
+                out.append((passes, ev.text))
             elif ev.type == "done":
                 result = ev.result
     finally:
-        eng.runner.forward = orig
-        del eng.runner.passes
+        del eng.runner.forward  # the instance attribute: the method is the class's again
         eng.stream_committed_prefix = True
     return out, result
 
