@@ -2,9 +2,10 @@
 
 For every reasoning_effort it decodes a fixed set of voice-agent turns twice, as block diffusion
 and as AR (block size 1) on the same weights, and reports decode_tok_s, tokens_per_forward,
-prefill_ms and TTFT/TTFAT p50/p95 (and TTFAT again with each block streamed only once complete,
-the same decode: what streaming a block's committed left part gains). TTFAT is measured on the second turn of a call, with the
-call's session cache warm (the system prompt is not prefilled again), as in a live call.
+prefill_ms and TTFT/TTFAT p50/p95, and TTFAT again with each block streamed only once complete
+(the same decode: what streaming a block's committed left part gains). TTFAT is measured on the
+second turn of a call, with the call's session cache warm (the system prompt is not prefilled
+again), as in a live call.
 
 The roofline rows: the machine's measured memory read bandwidth; the weight bytes one forward
 pass reads at the running precision and the floor that gives (bytes / bandwidth); the measured

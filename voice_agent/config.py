@@ -22,8 +22,8 @@ EFFORT_NAMES: tuple[str, ...] = tuple(EFFORTS)
 PRECISIONS = ("auto", "fp32", "bf16", "int8", "w8a8")
 TTS_BACKENDS = ("hibari", "piper", "coqui")
 # A reply's first piece goes to the TTS after this many words if no clause mark came first
-# (voice_agent/services/clause.py). Measured on the sample call (2 vCPUs, a trainer on one):
-# 8 words: e2e p50 3,509 ms, longest pause inside a reply 40-280 ms; 4 words: 2,390 ms, 280-920 ms.
+# (voice_agent/services/clause.py). Measured on the sample call (2 vCPUs, quiet machine, back to back):
+# 8 words: e2e p50 2,563 ms, longest pause inside a reply p50 50 / max 280 ms; 4 words: 1,765 ms, 300 / 460 ms.
 FIRST_CLAUSE_WORDS = 4
 
 T = TypeVar("T", bound="CallOptions")
