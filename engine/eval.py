@@ -67,11 +67,11 @@ def tools_of(rec: dict) -> list[dict]:
     return load_scenario_tools(rec["tools_scenario"])[1] if rec.get("tools_scenario") else []
 
 
-def decode_pair(eng: Engine, ar: Engine, recs: list[dict], effort: str, max_tokens: int) -> tuple[list[Request], list[Request]]:
-    """Decode many prompts in one batch, as diffusion and as AR on the same weights (each through the
-    decode loop, `Engine.generate`); each request's `result` is set."""
+def decode_pair(eng: Engine, other: Engine, recs: list[dict], effort: str, max_tokens: int) -> tuple[list[Request], list[Request]]:
+    """Decode many prompts in one batch with two engines (diffusion and AR on the same weights, or
+    two precisions), each through the decode loop (`Engine.generate`); each request's `result` is set."""
     out = []
-    for e in (eng, ar):
+    for e in (eng, other):
         reqs = [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens)
                 for r in recs]
         for q, res in zip(reqs, e.generate(reqs), strict=True):
@@ -161,12 +161,9 @@ def agreement(eng: Engine, other: Engine, recs: list[dict], effort: str, max_tok
     rouge, same, made, made_other, n_tool = [], 0, 0, 0, 0
     for i in tqdm(range(0, len(recs), batch), desc=desc, unit="batch"):
         chunk = recs[i : i + batch]
-        outs = []
-        for e in (eng, other):
-            reqs = [e.prepare(r["messages"], tools=tools_of(r), reasoning_effort=effort, max_tokens=max_tokens)
-                    for r in chunk]
-            outs.append(e.generate(reqs))
-        for rec, a, b in zip(chunk, outs[0], outs[1], strict=True):
+        mine, theirs = decode_pair(eng, other, chunk, effort, max_tokens)
+        for rec, qa, qb in zip(chunk, mine, theirs, strict=True):
+            a, b = qa.result, qb.result
             if rec.get("tool_call"):
                 n_tool += 1
                 made, made_other = made + bool(a.tool_calls), made_other + bool(b.tool_calls)
