@@ -235,6 +235,7 @@ class Engine:
             max_tokens=max_tokens,
             temperature=float(temperature),
             seed=seed,
+            order=preset.order,
         )
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                       thinking, prefix, stops, session, reasoning_effort)

@@ -22,13 +22,22 @@ if TYPE_CHECKING:
 # Near misses only: an unknown closing tag while reasoning, a tool_call opener missing one character.
 MANGLED_THINK_CLOSE = re.compile(r"</(?!think>|tool_call>)[a-z_]{0,8}>")
 MANGLED_CALL_OPEN = re.compile(r"(?<![</\w])(?:<_?tool_?call>|tool_call>)")
+# The reply's first block with its "<" swapped for a reply's usual first word ("Cantool_call>\n",
+# "Suretool>"): the first position was committed last, from the other reply the model weighed.
+# Only a whole opener ending the line or the block counts; "Sorrytool_call, I can only" is speech.
+MANGLED_FIRST_OPEN = re.compile(r"^(\s*)[A-Za-z]{1,8}<?_?tool(?:_?call)?>*(?=\n|$)")
 
 
-def repair_tags(text: str, reasoning: bool, tools: bool) -> str:
+def repair_tags(text: str, reasoning: bool, tools: bool, answer_start: bool = False) -> str:
+    """`answer_start`: `text` begins the reply (nothing of the answer before it)."""
     if reasoning:
         text = MANGLED_THINK_CLOSE.sub(THINK_CLOSE, text, count=1)
     if tools and CALL_OPEN not in text:
         text = MANGLED_CALL_OPEN.sub(CALL_OPEN, text, count=1)
+    if tools and CALL_OPEN not in text:
+        head, close, reply = text.rpartition(THINK_CLOSE)
+        if close or (answer_start and not reasoning):
+            text = head + close + MANGLED_FIRST_OPEN.sub(r"\1" + CALL_OPEN, reply, count=1)
     return text
 
 
@@ -45,7 +54,9 @@ def rewrite_finished_block(req: Request) -> None:
     tail = st.generated[-n:]
     eos = tail[-1:] if st.done and tail[-1] in st.eos_ids else []
     text = tok.decode(tail[: n - len(eos)], skip_special_tokens=False)
-    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools))
+    parser = req.parser
+    answer_start = parser.mode == "answer" and not parser.answer and not parser.buf.strip() and not parser.tool_text
+    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools), answer_start)
     keep, forced, done = len(fixed), "", False
     if req.tools:
         start = 0

@@ -305,7 +305,7 @@ class _Commits:
     def _commit(s: Sequence, positions: list[int], tok: list[int], conf: list[float], above: list[bool],
                 first_only: bool) -> None:
         chosen = sampler.choose(positions, tok, conf, above, first_only=first_only, last_step=s.last_step(),
-                                dedup=s.params.dedup_guard)
+                                dedup=s.params.dedup_guard, order=s.params.order)
         s.commit([positions[i] for i in chosen], [tok[i] for i in chosen])
 
 

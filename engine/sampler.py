@@ -32,19 +32,35 @@ def sample(logits: torch.Tensor, temperature: float, threshold: float, banned: f
     return tok.tolist(), conf.tolist(), (conf >= threshold).tolist()
 
 
+# How a step picks the positions it commits, beyond "every one above the threshold":
+# "confidence": at least the most confident one (Fast-dLLM's rule);
+# "leftmost": at least the leftmost open one;
+# "prefix": only the left-contiguous run above the threshold, at least the leftmost open one.
+# A small dLLM's first reply token decides what the reply is ("Can I have your name" or "What day
+# would you like"); a confident later token committed before it may belong to the other reply
+# ("Can day would you like"). The leftmost is what an AR model would write next.
+ORDERS = ("confidence", "leftmost", "prefix")
+
+
 def choose(positions: list[int], tok: list[int], conf: list[float], above: list[bool], *, first_only: bool,
-           last_step: bool, dedup: bool) -> list[int]:
-    """Indices (into `positions`) to commit: every one above the threshold, at least the most confident;
-    all of them on the block's last step; only position 0 when only it had a prediction."""
+           last_step: bool, dedup: bool, order: str = "confidence") -> list[int]:
+    """Indices (into `positions`, ascending) to commit under `order` (ORDERS); all of them on the
+    block's last step; only position 0 when only it had a prediction."""
     if first_only:
         return [0] if positions and positions[0] == 0 else []
     if last_step:
         return list(range(len(positions)))
-    chosen = [i for i, a in enumerate(above) if a]
+    if order == "prefix":
+        run = 0
+        while run < len(above) and above[run]:
+            run += 1
+        chosen = list(range(run))
+    else:
+        chosen = [i for i, a in enumerate(above) if a]
     if dedup:
         chosen = drop_adjacent_duplicates(chosen, positions, tok, conf)
     if not chosen:
-        chosen = [max(range(len(conf)), key=conf.__getitem__)]  # the first of the most confident
+        chosen = [max(range(len(conf)), key=conf.__getitem__)] if order == "confidence" else [0]
     return chosen
 
 
@@ -58,4 +74,4 @@ def drop_adjacent_duplicates(chosen: list[int], positions: list[int], tok: list[
     return keep
 
 
-__all__ = ["choose", "drop_adjacent_duplicates", "greedy", "sample"]
+__all__ = ["ORDERS", "choose", "drop_adjacent_duplicates", "greedy", "sample"]

@@ -29,6 +29,7 @@ class DecodeParams:
     temperature: float = 0.0
     seed: int | None = None
     dedup_guard: bool = True
+    order: str = "confidence"  # which positions commit: sampler.ORDERS
 
 
 @dataclass(frozen=True)

@@ -58,3 +58,20 @@ def test_generated_words_resolve_to_the_intended_day_and_time():
         assert all(parse_day(p, today) == d for p in day_phrases(d, today)) and day_phrases(d, today)
     for hhmm in ("09:00", "09:30", "12:00", "13:30", "16:30"):
         assert time_phrases(hhmm) and all(parse_time(p) == hhmm for p in time_phrases(hhmm))
+
+
+def test_a_caller_who_gives_the_name_first_is_never_asked_for_it(corpus):
+    """"hi, this is Maria Lopez, I need to cancel": the next act uses the name, never asks for it."""
+    import re
+
+    out, _ = corpus
+    recs = [json.loads(x) for x in (out / "a" / "train.jsonl").read_text().splitlines()]
+    first = [r for r in recs if r["prompt"].count("<|im_start|>user") == 1]
+    intro = re.compile(r"<\|im_start\|>user\n(?:\w+ ){0,3}(?:this is|my name is|it's|i'm|the name is) ([a-z]+ [a-z]+)"
+                       r"(?: here| calling)?,? (?:i|i'd|can|could|please|call|scrap|take|when|what|do)\b", re.I)
+    named = [(r, m.group(1)) for r in first if (m := intro.search(r["prompt"]))]
+    assert len(named) >= 20
+    assert not any("your full name" in r["target"] for r, _ in named)
+    calls = [(r, n) for r, n in named if r["act"] in ("cancel_appointment", "lookup_patient", "book_appointment",
+                                                      "move_appointment")]
+    assert calls and all(n.lower() in r["target"].lower() for r, n in calls)

@@ -56,8 +56,9 @@ def test_block_size_1_equals_ar(tiny_folder):
     assert len(a.state.generated) == 20
 
 
-def _reference_decode(eng, prompt: list[int], n_blocks: int, block: int) -> list[int]:
-    """No cache, one commit per step: re-run the whole sequence every step (token shift)."""
+def _reference_decode(eng, prompt: list[int], n_blocks: int, block: int, order: str = "confidence") -> list[int]:
+    """No cache, one commit per step: re-run the whole sequence every step (token shift); the step
+    commits the most confident open position, or with another `order` the leftmost."""
     model, mask_id = eng.model, eng.mask_id
     out: list[int] = []
     for _ in range(n_blocks):
@@ -74,18 +75,24 @@ def _reference_decode(eng, prompt: list[int], n_blocks: int, block: int) -> list
             probs = torch.softmax(logits[n - 1 : n - 1 + block], -1)  # token shift
             conf, tok = probs.max(-1)
             open_pos = [j for j in range(block) if blk[j] == mask_id]
-            j = max(open_pos, key=lambda q: float(conf[q]))
+            j = max(open_pos, key=lambda q: float(conf[q])) if order == "confidence" else open_pos[0]
             blk[j] = int(tok[j])
         out += blk
     return out
 
 
-def test_one_commit_per_step_equals_sequential_greedy_reference(tiny_dllm):
-    req = _generated(tiny_dllm, CALL, reasoning_effort="high", max_tokens=12, threshold=1.01)
-    ref = _reference_decode(tiny_dllm, req.tokens, n_blocks=3, block=4)
+@pytest.mark.parametrize("order", ["confidence", "prefix"])
+def test_one_commit_per_step_equals_sequential_greedy_reference(tiny_dllm, order):
+    req = tiny_dllm.prepare(CALL, reasoning_effort="high", max_tokens=12, threshold=1.01)
+    req.params.order = order
+    for _ in req.run_alone():
+        pass
+    ref = _reference_decode(tiny_dllm, req.tokens, n_blocks=3, block=4, order=order)
     got = req.state.generated
     assert got == ref[: len(got)]
     assert len(got) == 12 or got[-1] in tiny_dllm.eos_ids
+    if order == "confidence":  # the two rules really differ on these weights
+        assert got != _reference_decode(tiny_dllm, req.tokens, n_blocks=3, block=4, order="prefix")[: len(got)]
 
 
 def test_parallel_commits_use_fewer_forwards_than_tokens(tiny_any):

@@ -99,6 +99,20 @@ def test_choose_commits_at_least_one_everything_on_the_last_step_and_guards_dupl
     assert sampler.choose(pos, tok, conf, both, first_only=True, last_step=False, dedup=True) == [0]
 
 
+def test_commit_orders_differ_only_in_what_commits_beside_the_confident_run():
+    pos, tok, conf = [4, 5, 6, 7], [1, 2, 3, 4], [0.3, 0.95, 0.4, 0.97]
+    none, gap = [False] * 4, [False, True, False, True]
+    kw = {"first_only": False, "last_step": False, "dedup": True}
+    assert sampler.choose(pos, tok, conf, none, order="confidence", **kw) == [3]
+    assert sampler.choose(pos, tok, conf, none, order="leftmost", **kw) == [0]
+    assert sampler.choose(pos, tok, conf, gap, order="leftmost", **kw) == [1, 3]  # above the threshold: all
+    assert sampler.choose(pos, tok, conf, gap, order="prefix", **kw) == [0]  # position 4 is open: wait
+    run = [True, True, False, True]
+    assert sampler.choose(pos, tok, [0.95, 0.95, 0.4, 0.97], run, order="prefix", **kw) == [0, 1]
+    assert sampler.choose(pos, tok, conf, none, order="prefix", last_step=True, first_only=False,
+                          dedup=True) == [0, 1, 2, 3]
+
+
 # -- a sequence changes itself ----------------------------------------------------------------------
 
 def _seq(max_tokens=6, family=DLLM, **kw) -> Sequence:

@@ -197,6 +197,7 @@ def test_parity_fast_dllm_v2_engine_decoder_matches_the_reference(name):
     req = eng.prepare(case["messages"], reasoning_effort="high", max_tokens=64, threshold=0.9 + 1e-7,
                       guided_tools=False)
     req.params.dedup_guard = False
+    req.params.order = "confidence"  # the reference's rule; the efforts' default is "prefix"
     req.params.max_steps_per_block = 10_000
     for _ in req.run_alone():
         pass

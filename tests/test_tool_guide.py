@@ -127,3 +127,19 @@ def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
     assert repair_tags("\ntool_call>\n{", reasoning=False, tools=True) == "\n<tool_call>\n{"
     assert repair_tags("}\n</tool_call>", reasoning=False, tools=True) == "}\n</tool_call>"
     assert repair_tags("\n<toolcall>\n{", reasoning=False, tools=False) == "\n<toolcall>\n{"  # no tools: no call
+
+
+def test_a_reply_whose_first_word_took_the_openers_place_becomes_a_call_only_at_the_reply_start():
+    from engine.block_rewrite import repair_tags
+
+    start = {"reasoning": False, "tools": True, "answer_start": True}
+    # Held-out calls, adapter v6 at instant: "Cantool_call>\n{...", "Suretool_call>", "Thetool>>\n".
+    assert repair_tags("Cantool_call>", **start) == "<tool_call>"
+    assert repair_tags("Suretool_call>\n{", **start) == "<tool_call>\n{"
+    assert repair_tags("Thetool>>\n", **start) == "<tool_call>\n"
+    assert repair_tags("ok.\n</think>\n\nCantool_call>", reasoning=True, tools=True) == "ok.\n</think>\n\n<tool_call>"
+    # Speech that caught a stray token stays speech, and so does a later block or a call-less turn.
+    assert repair_tags("Sorrytool_call, I can", **start) == "Sorrytool_call, I can"
+    assert repair_tags("Cantool_call>", reasoning=False, tools=True, answer_start=False) == "Cantool_call>"
+    assert repair_tags("Cantool_call>", reasoning=False, tools=False, answer_start=True) == "Cantool_call>"
+    assert repair_tags("Sure, what day", **start) == "Sure, what day"

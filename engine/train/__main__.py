@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--n", type=int, default=12, help="records to decode (answer-only ones)")
     pr.add_argument("--seed", type=int, default=1, help="which records (shuffle seed)")
     pr.add_argument("--policies", default="0.3:2,0.9:4,0.9:3,ar",
-                    help="THRESHOLD:STEP_CAP per diffusion policy, 'ar' for block 1")
+                    help="THRESHOLD:STEP_CAP[:ORDER] per diffusion policy, 'ar' for block 1; ORDER (engine.sampler.ORDERS) "
+                         "is what commits beside the positions above the threshold: confidence (the most "
+                         "confident, default), leftmost, prefix (only the left-contiguous run)")
     pr.add_argument("--threads", type=int, default=None)
     pr.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
     args = p.parse_args(argv)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.sampler import ORDERS
 from engine.sequence import DecodeParams
 
 END_TEXTS = ("<|im_end|>", "<|endoftext|>")
@@ -26,24 +27,30 @@ class Policy:
     threshold: float
     steps: int  # step cap per block; at the cap the rest of the block commits at once
     block: int  # 1 = AR
+    order: str = "confidence"  # engine.sampler.ORDERS
 
     @property
     def name(self) -> str:
-        return "ar" if self.block == 1 else f"{self.threshold:g}:{self.steps}"
+        return "ar" if self.block == 1 else f"{self.threshold:g}:{self.steps}" + (
+            "" if self.order == "confidence" else f":{self.order}")
 
 
 def parse_policies(text: str, block: int) -> list[Policy]:
-    """'0.3:2,0.9:4,ar' -> policies; `block` is the block size of the diffusion ones."""
+    """'0.3:2,0.9:4,0.9:4:prefix,ar' -> policies (THRESHOLD:STEP_CAP[:ORDER]); `block` is the block
+    size of the diffusion ones."""
     out = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         if part == "ar":
             out.append(Policy(1.0, 1, 1))
             continue
         try:
-            th, steps = part.split(":")
-            pol = Policy(float(th), int(steps), block)
+            th, steps, *order = part.split(":")
+            if len(order) > 1 or (order and order[0] not in ORDERS):
+                raise ValueError(order)
+            pol = Policy(float(th), int(steps), block, order=order[0] if order else "confidence")
         except ValueError:
-            raise ValueError(f"policy {part!r}: expected THRESHOLD:STEP_CAP (e.g. 0.9:4) or 'ar'") from None
+            raise ValueError(f"policy {part!r}: expected THRESHOLD:STEP_CAP[:ORDER] (e.g. 0.9:4 or 0.9:4:prefix; "
+                             f"ORDER one of {', '.join(ORDERS)}) or 'ar'") from None
         if not 0 <= pol.threshold <= 1 or not 1 <= pol.steps <= block:
             raise ValueError(f"policy {part!r}: threshold in 0..1 and step cap in 1..{block}")
         out.append(pol)
@@ -85,7 +92,7 @@ def probe(engine, records: list[dict], policies: list[Policy], max_tokens: int =
         for r in records:
             tokens = engine.tokenizer.encode(r["prompt"], add_special_tokens=False).ids
             params = DecodeParams(block_size=pol.block, threshold=pol.threshold,
-                                  max_steps_per_block=pol.steps, max_tokens=max_tokens)
+                                  max_steps_per_block=pol.steps, max_tokens=max_tokens, order=pol.order)
             res = next(ev.result for ev in engine.run(engine.request_for_tokens(tokens, params)) if ev.type == "done")
             exact += normalise(res.raw_text or res.text) == normalise(r["target"])
             passes += res.metrics["forward_passes"]

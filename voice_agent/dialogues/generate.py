@@ -32,6 +32,7 @@ KINDS = {  # call kind: weight
 TODAYS = [dt.date(2026, 12, 1), dt.date(2026, 11, 30), dt.date(2026, 12, 3), dt.date(2027, 1, 12),
           dt.date(2026, 10, 7), dt.date(2027, 3, 19), dt.date(2026, 12, 9), dt.date(2027, 2, 2)]
 HELDOUT_TODAY = dt.date(2026, 12, 1)  # the simulate file's one "today"
+INTRO_SHARE = 0.3  # openings that give the name before the request
 _UNIT = ["", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 _ORD = ["", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
         "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth",
@@ -225,6 +226,9 @@ def first_turn(sim: CallerSim, s: State) -> str:
     intent, bank_name = _intent_phrase(p.kind)
     s.intent = intent
     parts = []
+    if rng.random() < INTRO_SHARE:  # the name first, then the request: the policy must not ask for it again
+        s.name = p.name
+        parts.append(L.bank(L.INTRO, split, rng).format(name=p.name) + ",")
     if intent == "book":
         if rng.random() < 0.8:
             parts.append(sim.fill(L.bank(L.BOOK, split, rng), split))

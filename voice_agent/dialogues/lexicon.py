@@ -72,6 +72,10 @@ DAYTIME = ["{day} at {time}", "{day} at {time} please", "{time} on {day}", "{day
 NAME = ["my name is {name}", "it's {name}", "{name}", "this is {name}", "the name is {name}", "I'm {name}",
         "{name} speaking", "under {name} please", "you can put it under {name}", "it's for {name}",
         "sure it's {name}", "my name's {name}"]
+# A caller who gives their name before the request ("hi, this is Maria Lopez, I need to cancel").
+INTRO = ["this is {name}", "my name is {name}", "it's {name} here", "{name} here", "I'm {name}",
+         "hi my name's {name}", "this is {name} calling", "yeah this is {name}", "{name} calling",
+         "it's {name}", "hello this is {name}", "the name is {name}"]
 MORNING = ["do you have anything in the morning", "something in the morning would be best",
            "mornings are better for me", "anything before lunch", "is there a morning slot",
            "I can only do mornings", "early in the day if possible", "what do you have in the morning"]
