@@ -19,6 +19,10 @@ from engine.tool_guide import ToolCallGuide
 if TYPE_CHECKING:
     from engine.request import Request
 
+# Inside a call the guide writes the skeleton and the model only short slots, so a block of B
+# commits under one token a pass (0.81 on the sample call's booking, 21 passes at ~260 ms) while a
+# 1-token pass costs about half a 4-token one: the call's slots decode one token a pass.
+CALL_BLOCK_SIZE = 1
 # Near misses only: an unknown closing tag while reasoning, a tool_call opener missing one character.
 MANGLED_THINK_CLOSE = re.compile(r"</(?!think>|tool_call>)[a-z_]{0,8}>")
 MANGLED_CALL_OPEN = re.compile(r"(?<![</\w])(?:<_?tool_?call>|tool_call>)")
@@ -66,6 +70,7 @@ def rewrite_finished_block(req: Request) -> None:
             if k >= 0 and k + len(CALL_OPEN) > len(head):
                 guide = req.guide = ToolCallGuide(req.tools)
                 start = k + len(CALL_OPEN) - len(head)
+                st.narrow_blocks(CALL_BLOCK_SIZE)
         if guide is not None:
             # An end of turn inside an open call is not the end: it is dropped, and banned from now on.
             st.ban_end_of_turn()

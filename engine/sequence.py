@@ -59,6 +59,7 @@ class Sequence:
         self.generated: list[int] = []
         self.new_final: list[int] = []  # tokens finalised by the last step
         self.forced: list[int] = []  # tokens to append before the next block
+        self.block_size = params.block_size  # of the blocks laid out from now on (narrow_blocks)
         self.done = False
         self.finish_reason: str | None = None
         self.forward_passes = 0
@@ -192,6 +193,12 @@ class Sequence:
             self.done, self.finish_reason = False, None
             self._new_block()
 
+    def narrow_blocks(self, b: int) -> None:
+        """Lay out the blocks after this one with at most `b` tokens. Families whose blocks sit at
+        fixed positions (aligned, sub-blocked, or over a masked window) keep their size."""
+        if not (self.family.align_blocks or self.family.sub_block or self.family.masked_window):
+            self.block_size = max(1, min(self.block_size, b))
+
     def move(self, row: int) -> None:
         self.row = row
 
@@ -215,7 +222,7 @@ class Sequence:
                 r = min((self.prompt_len + len(self.generated)) % bsz, len(self.pending))
                 if r:
                     carry, self.pending = self.pending[-r:], self.pending[:-r]
-        b = min(self.params.block_size - len(carry), self.remaining())
+        b = min(self.block_size - len(carry), self.remaining())
         if b <= 0:
             self.done, self.finish_reason = True, "length"
             self.block, self.committed = [], []

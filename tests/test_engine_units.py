@@ -4,6 +4,7 @@ the boundaries (who may change a sequence, who may touch the cache's tensors).""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -135,6 +136,19 @@ def test_a_full_block_becomes_final_and_the_next_block_fits_the_budget():
     assert s.pending == [] and s.forward_passes == 1 and float(s.next_logits[0]) == 1.0
     s.commit([0, 1], [EOS, 3])
     assert s.done and s.finish_reason == "stop" and s.generated[-1] == EOS and s.new_final == [EOS]
+
+
+def test_narrowed_blocks_apply_from_the_next_block_and_never_to_aligned_families():
+    s = _seq(max_tokens=12)
+    s.narrow_blocks(1)
+    assert s.block == [MASK] * 4  # the open block keeps its size
+    s.commit([0, 1, 2, 3], [1, 2, 3, 4])
+    assert s.block == [MASK]
+    aligned = dataclasses.replace(DLLM, align_blocks=True)
+    a = _seq(max_tokens=12, family=aligned)
+    a.narrow_blocks(1)
+    a.commit([0, 1, 2, 3], [1, 2, 3, 4])
+    assert len(a.block) == 4
 
 
 def test_forced_text_and_rewrites_go_through_the_sequence():
