@@ -42,6 +42,8 @@ def test_heldout_calls_use_unseen_names(corpus):
     out, _ = corpus
     recs = (out / "a" / "train.jsonl").read_text()
     held = json.loads((out / "a" / "heldout_calls.json").read_text())
+    turns = [json.loads(x) for x in (out / "a" / "heldout" / "train.jsonl").read_text().splitlines()]
+    assert turns and {r["split"] for r in turns} == {"heldout"}  # their scripted turns, for the probe
     callers = [n for c in held for n in c["expect"]["appointments"]
                if not any(a["patient_name"] == n for a in c["db"]["appointments"])]
     assert callers and all(n not in recs for n in callers)

@@ -10,7 +10,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m voice_agent.dialogues", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/dialogues"), help="folder for train.jsonl and heldout_calls.json")
+    p.add_argument("--out", type=Path, default=Path("runs/dialogues"), help="folder for train.jsonl, heldout_calls.json and heldout/train.jsonl (the held-out calls' scripted turns)")
     p.add_argument("--calls", type=int, default=3000, help="training calls to play")
     p.add_argument("--heldout-calls", type=int, default=60, help="held-out calls (unseen names and phrasings)")
     p.add_argument("--seed", type=int, default=0)

@@ -469,10 +469,15 @@ def generate(out: Path, n_calls: int, n_heldout: int, seed: int = 0, think_share
                 stats["train_records"] += 1
                 stats["acts"][r["act"]] = stats["acts"].get(r["act"], 0) + 1
     held = []
-    for i in tqdm(range(n_heldout), desc="held-out calls", unit="call"):
-        call = play(plan_call(rng, names["heldout"], "heldout", HELDOUT_TODAY), scenario, rng, think_share,
-                    Path(work.name))
-        held.append(heldout_call(call, i))
+    # The held-out calls' scripted turns too, in the corpus format: `engine.train probe --data OUT/heldout`
+    # decodes turns with unseen names and phrasings.
+    (out / "heldout").mkdir(exist_ok=True)
+    with (out / "heldout" / "train.jsonl").open("w") as fh:
+        for i in tqdm(range(n_heldout), desc="held-out calls", unit="call"):
+            call = play(plan_call(rng, names["heldout"], "heldout", HELDOUT_TODAY), scenario, rng, think_share,
+                        Path(work.name))
+            held.append(heldout_call(call, i))
+            fh.writelines(json.dumps(r) + "\n" for r in call.records)
     work.cleanup()
     stats["heldout_calls"] = len(held)
     (out / "heldout_calls.json").write_text(json.dumps(held, indent=1))
