@@ -15,7 +15,7 @@ class EffortPreset:
     thinking_budget: int  # max reasoning tokens before </think> is forced; 0 = answer directly
     threshold: float
     steps_per_block: float
-    order: str = "confidence"  # what commits beside the positions above the threshold: engine.sampler.ORDERS
+    order: str  # what commits beside the positions above the threshold: engine.sampler.ORDERS
 
     def max_steps(self, block_size: int) -> int:
         return max(1, math.ceil(self.steps_per_block * block_size))
