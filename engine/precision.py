@@ -14,6 +14,10 @@ check on the trained brain is pending), and what it promises is `engine.quant.IN
 `w8a8` is those int8 weights with int8 activations too (each linear's input quantised per pass,
 PyTorch's quantized CPU kernels); norms, attention and the KV cache stay fp32. Also opt-in.
 
+fp32 on CPU multiplies with oneDNN-prepacked weights (engine/packed.py): a 2-8 token pass then costs
+about what a 1-token pass does, where MKL's sgemm costs twice as much. `VOICE_AGENT_FP32_LINEARS=dense`
+keeps plain `nn.Linear` (MKL), e.g. to measure the difference.
+
 What is exact, and where:
 - fp32: token-for-token equality of a session turn vs the same turn from scratch, of batched vs
   alone, and of block size 1 vs AR. The tests of those properties pin fp32.
@@ -30,6 +34,8 @@ from pathlib import Path
 import torch
 
 PRECISION_ENV = "VOICE_AGENT_PRECISION"
+FP32_LINEARS_ENV = "VOICE_AGENT_FP32_LINEARS"
+FP32_LINEARS = ("packed", "dense")
 PRECISIONS = ("auto", "fp32", "bf16", "int8", "w8a8")
 _ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "auto": "auto", "int8": "int8",
             "w8a8": "w8a8"}
@@ -98,6 +104,14 @@ def int8_activation_dtype() -> torch.dtype:
     return torch.bfloat16 if native_bf16_flags() else torch.float32
 
 
+def fp32_linears() -> str:
+    """How CPU fp32 linears multiply: "packed" (oneDNN's blocked layout; the default) or "dense" (MKL)."""
+    choice = (os.environ.get(FP32_LINEARS_ENV) or "packed").strip().lower()
+    if choice not in FP32_LINEARS:
+        raise PrecisionError(f"{FP32_LINEARS_ENV} must be one of {', '.join(FP32_LINEARS)}; got {choice!r}")
+    return choice
+
+
 def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     """The precision to load with: `choice` if given, else $VOICE_AGENT_PRECISION, else auto."""
     if isinstance(choice, torch.dtype):
@@ -125,5 +139,5 @@ def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")
 
 
-__all__ = ["BF16_TOLERANCE", "PRECISIONS", "PRECISION_ENV", "Precision", "PrecisionError", "int8_activation_dtype",
-           "native_bf16_flags", "resolve_precision"]
+__all__ = ["BF16_TOLERANCE", "FP32_LINEARS", "FP32_LINEARS_ENV", "PRECISIONS", "PRECISION_ENV", "Precision", "PrecisionError", "int8_activation_dtype",
+           "fp32_linears", "native_bf16_flags", "resolve_precision"]

@@ -145,7 +145,7 @@ def _stacked(lins: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     return w, bias
 
 
-def _replace_linears(model: nn.Module, make, fuse: bool) -> int:
+def replace_linears(model: nn.Module, make, fuse: bool) -> int:
     """Every nn.Linear of `model` -> make(weight, bias); with `fuse`, q/k/v and gate/up first become
     one `qkv_proj` and one `gate_up_proj` (4 kernel calls per layer instead of 7)."""
     count = 0
@@ -170,7 +170,7 @@ def _replace_linears(model: nn.Module, make, fuse: bool) -> int:
 def quantize_w8a8(model: nn.Module, fuse: bool = True) -> int:
     """Replace every nn.Linear in `model` (layers and LM head) by a W8A8Linear; returns how many
     linears were quantised. A tied LM head gets its own int8 copy; the embedding table stays."""
-    return _replace_linears(model, W8A8Linear, fuse)
+    return replace_linears(model, W8A8Linear, fuse)
 
 
 def quantize_int8(model: nn.Module, act_dtype: torch.dtype | None = None, kernel_dtype: torch.dtype | None = None,
@@ -185,14 +185,14 @@ def quantize_int8(model: nn.Module, act_dtype: torch.dtype | None = None, kernel
     tied LM head gets its own int8 copy; the embedding table keeps its weights."""
     act = act_dtype or next(model.parameters()).dtype
     kernel = kernel_dtype or KERNEL_DTYPE
-    return _replace_linears(model, lambda w, b: Int8Linear(w, b, act, kernel, dense_above, keep_dense), fuse)
+    return replace_linears(model, lambda w, b: Int8Linear(w, b, act, kernel, dense_above, keep_dense), fuse)
 
 
 def linear_bytes(model: nn.Module) -> int:
     """Bytes of every linear weight (and its scales and bias): what one forward pass must read."""
     total = 0
     for mod in model.modules():
-        if isinstance(mod, W8A8Linear):
+        if hasattr(mod, "weight_bytes"):  # W8A8 and packed fp32 (engine/packed.py) hold opaque weights
             total += mod.weight_bytes
         elif isinstance(mod, nn.Linear | Int8Linear):
             for t in (mod.weight, getattr(mod, "scales", None), mod.bias):
@@ -202,4 +202,4 @@ def linear_bytes(model: nn.Module) -> int:
 
 
 __all__ = ["INT8_TOLERANCE", "Int8Linear", "Int8Tolerance", "W8A8Linear", "linear_bytes", "quantize_int8",
-           "quantize_w8a8"]
+           "quantize_w8a8", "replace_linears"]

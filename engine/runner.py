@@ -17,7 +17,7 @@ from engine.families import Family
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask, read_positions
 from engine.model import Transformer
-from engine.precision import Precision, PrecisionError
+from engine.precision import Precision, PrecisionError, fp32_linears
 from engine.sequence import StepInput
 
 
@@ -39,6 +39,14 @@ class StepPlan:
     # row holds, how many rows it has)
 
 
+def _linear_kernel(precision: Precision | None, packed: bool) -> str:
+    if precision is not None and precision.int8_activations:
+        return "int8 x int8 (quantized.linear_dynamic)"
+    if precision is not None and precision.int8_weights:
+        return "int8 weights (_weight_int8pack_mm)"
+    return "fp32 oneDNN-packed" if packed else "dense (nn.Linear)"
+
+
 class ModelRunner:
     def __init__(self, model: Transformer, precision: Precision | None = None,
                  device: torch.device | str | None = None) -> None:
@@ -57,6 +65,12 @@ class ModelRunner:
             self.info["int8_linears"] = quantize_int8(model, precision.dtype)
         self.device = target
         self.model = model.to(self.device)
+        if precision is not None and precision.name == "fp32" and target.type == "cpu" and fp32_linears() == "packed":
+            from engine.packed import onednn_available, pack_fp32
+
+            if onednn_available():
+                self.info["packed_linears"] = pack_fp32(self.model)
+        self.info["linear_kernel"] = _linear_kernel(precision, "packed_linears" in self.info)
 
     @property
     def dtype(self) -> torch.dtype:

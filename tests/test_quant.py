@@ -32,7 +32,8 @@ def _logits(eng: Engine, tokens: list[int]) -> torch.Tensor:
         return eng.model(torch.tensor([tokens]), torch.arange(t)[None], causal_mask(t)[None, None])[0].float()
 
 
-def test_int8_replaces_every_linear_and_the_lm_head(tiny_folder):
+def test_int8_replaces_every_linear_and_the_lm_head(tiny_folder, monkeypatch):
+    monkeypatch.setenv("VOICE_AGENT_FP32_LINEARS", "dense")  # plain nn.Linear, to count them
     fp = Engine.load(tiny_folder, precision="fp32")
     q = Engine.load(tiny_folder, precision="int8")
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in fp.model.modules())
