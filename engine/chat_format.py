@@ -76,6 +76,16 @@ def compact_tool_line(tool: dict) -> str:
     return f"- {fn['name']}({', '.join(args)}): {fn.get('description', '')}".rstrip(": ")
 
 
+def _without_extensions(x, names: bool = False):
+    """A JSON schema without its "x-" keys (`names`: x is a "properties" map, whose keys are names)."""
+    if isinstance(x, dict):
+        return {k: _without_extensions(v, names=k == "properties" and not names) for k, v in x.items()
+                if names or not (isinstance(k, str) and k.startswith("x-"))}
+    if isinstance(x, list):
+        return [_without_extensions(v) for v in x]
+    return x
+
+
 @dataclass
 class ChatFormat:
     tool_style: str = "json"  # "json" (Hermes/Qwen) or "compact" (the default small model)
@@ -107,7 +117,8 @@ class ChatFormat:
     def render(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = False,
                prefix: str = "") -> str:
         """The prompt text, ending with the assistant header (and `<think>` when thinking)."""
-        tools = tools or []
+        # Engine-only schema keys ("x-grounded": engine/grounding.py) are not shown to the model.
+        tools = [_without_extensions(t) for t in tools or []]
         if self.jinja_template:
             return self._render_jinja(messages, tools, thinking) + prefix
         out = []

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from engine.block_rewrite import rewrite_finished_block
 from engine.chat_format import OutputParser
+from engine.grounding import ground_calls
 from engine.results import ChatResult, StreamEvent
 from engine.sequence import DecodeParams, Sequence
 from engine.tool_guide import ToolCallGuide
@@ -175,6 +176,7 @@ class Request:
         decode_s = max(t_end - self.t_prefill_end, 1e-9)
         n = len(st.generated)
         tool_calls = parsed.calls if parsed else []
+        repairs = ground_calls(tool_calls, self.tools, self.messages) if tool_calls else []
         finish = "tool_calls" if tool_calls else ("stop" if st.finish_reason == "stop" else st.finish_reason or "stop")
         metrics = {
             "ttft_ms": round(self.ttft_ms, 2) if self.ttft_ms is not None else None,
@@ -186,6 +188,8 @@ class Request:
             # Only what the model decoded: infilled text (the tool-call skeleton) came for free.
             "tokens_per_forward": round((n - st.infilled) / max(st.forward_passes, 1), 3),
             "infilled_tokens": st.infilled,
+            # grounded arguments mended to the conversation's words (engine/grounding.py)
+            "argument_repairs": [vars(r) for r in repairs],
             "forward_passes": st.forward_passes,
             "completion_tokens": n,
             "reasoning_tokens": self.engine.count_tokens(reasoning) if reasoning else 0,

@@ -95,6 +95,16 @@ def test_new_caller_is_registered_when_booking(db):
     assert db.lookup_patient({"patient_name": "grace hopper"})["next_appointment"]["time"] == t
 
 
+def test_a_lower_case_name_from_speech_is_registered_with_capitals_and_others_as_written(db):
+    day = next_weekday(1)
+    free = free_hhmm(db, day)
+    r = db.book_appointment({"patient_name": "adebayo  dang", "date": day, "time": free[0]})
+    assert r["patient_name"] == "Adebayo Dang" and r["new_patient"]
+    r = db.book_appointment({"patient_name": "Aoife McDonald-ward", "date": day, "time": free[1]})
+    assert r["patient_name"] == "Aoife McDonald-ward"
+    assert [a["patient_name"] for a in db.appointments("ADEBAYO DANG")] == ["Adebayo Dang"]
+
+
 def test_double_booking_is_refused_by_the_unique_constraint(db):
     day = next_weekday(4)
     t = free_hhmm(db, day)[0]

@@ -210,7 +210,10 @@ class ClinicDB:
     def _name(value: object) -> str:
         if not isinstance(value, str) or not value.strip():
             raise ToolArgError("patient_name must be the patient's full name")
-        return " ".join(value.split())
+        words = value.split()
+        if value == value.lower():  # ASR text is lower case; the diary and the read-back use capitals
+            words = [w[:1].upper() + w[1:] for w in words]
+        return " ".join(words)
 
     @staticmethod
     def _service(value: object) -> str:

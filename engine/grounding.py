@@ -1,0 +1,122 @@
+"""Grounded tool arguments: a value that copies the conversation is mended to what was said.
+
+A tool schema marks a string property `"x-grounded": true` when its value is a copy of words in the
+conversation: the caller's name, the day and time in the caller's own words, or a date or time
+that a tool result gave back. A small model copies such spans well but not perfectly: measured on
+60 held-out calls (default adapter v7), it wrote "adebayo dango" for "adebayo dang", "folak Maalouf"
+for "Folake Maalouf" and "thisonday" for "this monday", and each slip lost the call.
+
+After a call is parsed, each grounded value that is not a span of the conversation's words (case and
+spacing aside) is replaced by the nearest span of about as many words, when the two agree closely
+(`MIN_SIMILARITY` of difflib's ratio); a value with no close span stays as it is, and the tool
+answers it. Spans come from the user turns, the tool results and earlier calls' arguments, newest
+first; the system prompt and the assistant's own words are not sources (a receptionist's name there
+is not the caller's).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+
+GROUNDED_KEY = "x-grounded"
+MIN_SIMILARITY = 0.8
+WORD_RE = re.compile(r"[\w'’:-]+")
+
+
+@dataclass
+class Repair:
+    tool: str
+    key: str
+    written: str
+    grounded: str
+
+
+def grounded_keys(tool: dict) -> list[str]:
+    props = (tool.get("function", {}).get("parameters") or {}).get("properties") or {}
+    return [k for k, spec in props.items() if isinstance(spec, dict) and spec.get(GROUNDED_KEY) is True]
+
+
+def source_texts(messages: list[dict]) -> list[str]:
+    """What grounded values may copy, newest first: user turns, tool results, earlier call arguments."""
+    out: list[str] = []
+    for m in messages:
+        role = m.get("role")
+        if role in ("user", "tool") and isinstance(m.get("content"), str):
+            out.append(m["content"])
+        for call in m.get("tool_calls") or [] if role == "assistant" else []:
+            args = call.get("function", {}).get("arguments")
+            try:
+                args = json.loads(args) if isinstance(args, str) else args
+            except json.JSONDecodeError:
+                continue
+            if isinstance(args, dict):
+                out.extend(str(v) for v in args.values() if isinstance(v, str))
+    return out[::-1]
+
+
+def _spans(words: list[str], n: int):
+    for i in range(len(words) - n + 1):
+        yield " ".join(words[i:i + n])
+
+
+def nearest_span(value: str, sources: list[str]) -> str | None:
+    """`value` itself when it is a span of `sources` (case and spacing aside); else the closest span
+    of one word fewer to one word more when it agrees by MIN_SIMILARITY; else None."""
+    want = WORD_RE.findall(value.lower())
+    if not want:
+        return None
+    target = " ".join(want)
+    best, best_ratio = None, MIN_SIMILARITY
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(target)
+    for src in sources:
+        words = WORD_RE.findall(src)
+        lower = [w.lower() for w in words]
+        for n in (len(want), len(want) - 1, len(want) + 1):
+            if n < 1 or n > len(words):
+                continue
+            for i, span in enumerate(_spans(lower, n)):
+                if span == target:
+                    return value
+                matcher.set_seq1(span)
+                if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+                    continue
+                r = matcher.ratio()
+                if r > best_ratio:
+                    best, best_ratio = " ".join(words[i:i + n]), r
+    return best
+
+
+def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> list[Repair]:
+    """Mend the grounded arguments of OpenAI-shaped `calls` in place; return what was changed."""
+    by_name = {t["function"]["name"]: t for t in tools}
+    sources: list[str] | None = None
+    repairs: list[Repair] = []
+    for call in calls:
+        fn = call.get("function", {})
+        keys = grounded_keys(by_name.get(fn.get("name"), {}))
+        if not keys:
+            continue
+        args = json.loads(fn["arguments"]) if isinstance(fn.get("arguments"), str) else fn.get("arguments")
+        changed = False
+        for key in keys:
+            value = args.get(key)
+            if not isinstance(value, str) or not value.strip():
+                continue
+            if sources is None:
+                sources = source_texts(messages)
+            span = nearest_span(value, sources)
+            if span is not None and span != value:
+                repairs.append(Repair(fn["name"], key, value, span))
+                args[key] = span
+                changed = True
+        if changed:
+            fn["arguments"] = json.dumps(args) if isinstance(fn.get("arguments"), str) else args
+    return repairs
+
+
+__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "Repair", "ground_calls", "grounded_keys", "nearest_span",
+           "source_texts"]
