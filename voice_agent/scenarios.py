@@ -37,6 +37,8 @@ class Scenario:
     reasoning_effort: str
     source: Path | None = None
     extra: dict = field(default_factory=dict)
+    # argument -> what to ask when a call's value for it was never said (voice_agent/services/ask_guard.py)
+    ask: dict[str, str] = field(default_factory=dict)
 
     @property
     def tool_names(self) -> list[str]:
@@ -114,18 +116,34 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
     for key in ("greeting", "filler", "description"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
-    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort"}
+    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask"}
+    tools = _parse_tools(data.get("tools") or [], where)
     return Scenario(
         name=name,
         description=data.get("description") or "",
         system_prompt=prompt,
-        tools=_parse_tools(data.get("tools") or [], where),
+        tools=tools,
         greeting=data.get("greeting") or "",
         filler=data.get("filler") or "",
         reasoning_effort=effort,
         source=source,
         extra={k: v for k, v in data.items() if k not in known},
+        ask=_parse_ask(data.get("ask"), tools, where),
     )
+
+
+def _parse_ask(ask: Any, tools: list[dict], where: str) -> dict[str, str]:
+    if ask is None:
+        return {}
+    if not isinstance(ask, dict):
+        raise ScenarioError(f"{where}: 'ask' must map argument names to the question to ask for them")
+    args = {k for t in tools for k in (t["function"]["parameters"].get("properties") or {})}
+    for key, question in ask.items():
+        if key not in args:
+            raise ScenarioError(f"{where}: ask.{key}: no tool has an argument {key!r}; known: {', '.join(sorted(args))}")
+        if not isinstance(question, str) or not question.strip():
+            raise ScenarioError(f"{where}: ask.{key} must be a non-empty question")
+    return {str(k): str(v) for k, v in ask.items()}
 
 
 def _parse_tools(tools: Any, where: str) -> list[dict]:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from voice_agent.scenarios import load_scenario
+
+_SCENARIO_ASK = load_scenario("dental_receptionist").ask  # one home: the agent asks in the same words
 ASK = {
     "service": "Sure. What is the visit for: a checkup, a cleaning, a filling, whitening or an emergency?",
-    "day": "What day would you like to come in?",
-    "time": "What time would suit you?",
-    "name": "Can I have your full name, please?",
-    "new_when": "What day and time would you like instead?",
+    "day": _SCENARIO_ASK["date"],
+    "time": _SCENARIO_ASK["time"],
+    "name": _SCENARIO_ASK["patient_name"],
+    "new_when": _SCENARIO_ASK["new_date"],
 }
 
 

@@ -55,6 +55,7 @@ from engine import EFFORTS
 from voice_agent.brain import Brain, BrainError, TurnResult
 from voice_agent.brain.engine_bridge import EngineBrain
 from voice_agent.config import CallOptions
+from voice_agent.services.ask_guard import unsaid_argument
 from voice_agent.services.speakable import SpeakableFilter
 
 ToolFn = Callable[[dict], dict | Awaitable[dict]]
@@ -87,9 +88,11 @@ class EngineLLMService(LLMService):
                  temperature: float = _DEFAULTS.temperature, tools: dict[str, ToolFn] | None = None,
                  filler: str = "", filler_after_s: float = _DEFAULTS.filler_after_s,
                  apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
-                 **kwargs: Any) -> None:
+                 ask_for: dict[str, str] | None = None, **kwargs: Any) -> None:
         """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
-        with `session` or a fresh one)."""
+        with `session` or a fresh one). `ask_for`: the scenario's `ask` block (argument -> question):
+        a call whose grounded argument nobody said is replaced by that question
+        (voice_agent/services/ask_guard.py)."""
         _check_effort(reasoning_effort)
         self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
@@ -101,6 +104,7 @@ class EngineLLMService(LLMService):
         self.filler, self.filler_after_s = filler, filler_after_s
         self.apology, self.no_answer = apology, no_answer
         self.max_tool_rounds = max_tool_rounds
+        self.ask_for = dict(ask_for or {})
         self.last_metrics: dict | None = None
         self.turn_metrics: list[dict] = []
         self.last_reasoning = ""
@@ -217,8 +221,16 @@ class EngineLLMService(LLMService):
                       temperature=float(self._settings.temperature or 0.0))
         await self.start_ttfb_metrics()
         result, answered = await self._stream(messages, kwargs)
+        unsaid = None if answered else unsaid_argument(result.tool_calls, tools or [], messages, self.ask_for)
+        if unsaid is not None:
+            result.metrics["asked_instead_of_call"] = {"tool": unsaid.tool, "argument": unsaid.argument,
+                                                       "value": unsaid.value}
         await self._report(result)
-        if result.tool_calls:
+        if unsaid is not None:
+            logger.info(f"{self}: {unsaid.tool} had {unsaid.argument}={unsaid.value!r}, which the caller never "
+                        f"said; asking instead")
+            await self._push_llm_text(unsaid.question)
+        elif result.tool_calls:
             await self.stop_ttfat_metrics()  # the call is what the caller gets from this turn
             await self.run_function_calls([
                 FunctionCallFromLLM(function_name=c["function"]["name"], tool_call_id=c["id"],
