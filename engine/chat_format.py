@@ -233,6 +233,8 @@ class OutputParser:
                 self.mode = "answer"
                 self.buf = self.buf.lstrip("\n")
             elif tag == CALL_OPEN:
+                if self.mode != "tool":  # said once per call: the caller can be told to hold on now
+                    events.append(("tool_call", ""))
                 self.mode = "tool"
                 self.tool_text += CALL_OPEN
             elif tag == CALL_CLOSE:

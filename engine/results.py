@@ -28,7 +28,7 @@ class ChatResult:
 
 @dataclass
 class StreamEvent:
-    type: str  # "reasoning" | "answer" | "done"
+    type: str  # "reasoning" | "answer" | "tool_call" (the model opened a call; no text) | "done"
     text: str = ""
     t_ms: float = 0.0  # since the request started
     result: ChatResult | None = None

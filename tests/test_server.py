@@ -322,7 +322,9 @@ def tool_server(tmp_path_factory):
     # dim 16: small enough that training takes seconds, big enough to learn two turns by heart
     folder = write_random_model(tmp_path_factory.mktemp("m") / "tool", family="ar", seed=1, dim=16, heads=2,
                                 kv_heads=1, intermediate=32)
-    eng = Engine.load(folder, dtype=torch.float32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VOICE_AGENT_FP32_LINEARS", "dense")  # trained below, in place: plain nn.Linear weights
+        eng = Engine.load(folder, dtype=torch.float32)
     call = {"id": "call_0", "type": "function",
             "function": {"name": "lookup_patient", "arguments": json.dumps({"patient_name": "John Smith"})}}
     after_tool = CALLER + [{"role": "assistant", "content": None, "tool_calls": [call]},

@@ -10,8 +10,9 @@ For every LLMContextFrame:
 - ANSWER text goes out with `_push_llm_text()` (LLMTextFrame -> TTS). Reasoning text is only
   logged: it is never pushed, so it is never spoken;
 - tool calls become `FunctionCallFromLLM`s for `run_function_calls()`; the handlers registered
-  with `register_tool()` run in a thread, and if one takes longer than `filler_after_s` the
-  scenario's filler phrase is spoken (TTSSpeakFrame) while it runs;
+  with `register_tool()` run in a thread. The scenario's filler phrase is spoken (TTSSpeakFrame)
+  as soon as the model opens a call (once per caller turn: decoding the call and answering from its
+  result take seconds), or else when a tool takes longer than `filler_after_s`;
 - the engine's per-turn metrics (ttft_ms, ttfat_ms, prefill_ms, tokens_per_forward, ...) are kept
   in `last_metrics`, pushed downstream as an `EngineMetricsFrame`, and passed to the
   "on_engine_metrics" event; Pipecat's own TTFB/TTFAT/processing/usage metrics are emitted too;
@@ -109,6 +110,8 @@ class EngineLLMService(LLMService):
         self.turn_metrics: list[dict] = []
         self.last_reasoning = ""
         self.fillers_spoken = 0
+        self._held_turn = False   # the filler was spoken when the model opened a call, this caller turn
+        self._held_round = False  # ... in this LLM round (a slow tool then needs no second one)
         self._register_event_handler("on_engine_metrics")
         for name, fn in (tools or {}).items():
             self.register_tool(name, fn)
@@ -161,7 +164,7 @@ class EngineLLMService(LLMService):
             task = asyncio.ensure_future(asyncio.to_thread(fn, args))
         t0 = time.perf_counter()
         done, _ = await asyncio.wait({task}, timeout=self.filler_after_s)
-        if not done and self.filler:
+        if not done and self.filler and not self._held_round:
             # The tool is slow: acknowledge, so the caller does not sit in silence.
             self.fillers_spoken += 1
             await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
@@ -216,6 +219,9 @@ class EngineLLMService(LLMService):
 
     async def _generate(self, context: LLMContext) -> None:
         messages, tools, tool_choice = await self._request(context)
+        if not messages or messages[-1]["role"] == "user":
+            self._held_turn = False
+        self._held_round = False
         kwargs = dict(tools=tools, tool_choice=tool_choice, reasoning_effort=self.reasoning_effort,
                       max_tokens=int(self._settings.max_tokens or _DEFAULTS.max_tokens),
                       temperature=float(self._settings.temperature or 0.0))
@@ -267,7 +273,13 @@ class EngineLLMService(LLMService):
                 if item.type in ("reasoning", "answer") and first:
                     first = False
                     await self.stop_ttfb_metrics()
-                if item.type == "answer" and item.text:
+                if item.type == "tool_call" and not answered and self.filler and not self._held_turn:
+                    # Decoding the call and answering from its result take seconds: say the filler
+                    # now, once per caller turn, rather than leave the line silent.
+                    self._held_turn = self._held_round = True
+                    self.fillers_spoken += 1
+                    await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
+                elif item.type == "answer" and item.text:
                     text = speakable.feed(item.text)
                     text = text if answered else text.lstrip()
                     if text.strip() or (answered and text):
