@@ -209,12 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     eng = Engine.load(a.model, precision=a.precision)
     precision = eng.info.get("precision")
     roof = roofline(eng)
-    print(f"roofline ({precision}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
+    print(f"roofline ({precision}, linears: {eng.info.get('linear_kernel')}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
           f"weights {roof['weight_bytes_per_pass'] / 1e6:.1f} MB/pass -> floor {roof['floor_ms_per_pass']} ms/pass; "
           f"ms per pass by tokens (cache {PASS_CACHE}): {roof['ms_per_pass']}", flush=True)
     if a.roofline_only:
         if a.json:
-            print(json.dumps({"model": eng.model_name, "precision": precision, "threads": torch.get_num_threads(),
+            print(json.dumps({"model": eng.model_name, "precision": precision,
+                              "linear_kernel": eng.info.get("linear_kernel"), "threads": torch.get_num_threads(),
                               **roof}))
         return 0
     ar = eng.variant(family="ar")
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": eng.model_name,
         "dtype": str(eng.model.dtype).replace("torch.", ""),
         "precision": precision,
+        "linear_kernel": eng.info.get("linear_kernel"),
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "reasoning_effort": "low" if "low" in by_effort else efforts[0],
