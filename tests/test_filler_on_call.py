@@ -8,21 +8,14 @@ import json
 import time
 
 import pytest
-from pipecat.frames.frames import (
-    EndWorkerFrame,
-    Frame,
-    FunctionCallResultFrame,
-    LLMContextFrame,
-    LLMFullResponseEndFrame,
-    TTSSpeakFrame,
-)
+from pipecat.frames.frames import FunctionCallResultFrame, LLMContextFrame, TTSSpeakFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import run_test
 
 from engine.chat_format import OutputParser
+from tests.pipeline_taps import StopAfterResponses
 from voice_agent.brain import Brain, TurnResult
 from voice_agent.brain.types import TurnEvent
 from voice_agent.clinic_db import ClinicDB
@@ -38,24 +31,6 @@ def test_the_parser_says_when_a_call_opens_even_across_blocks():
     events = p.feed("Sure. <tool") + p.feed("_call>\n{\"name\": ") + p.feed("\"x\"}\n</tool_call>")
     assert events == [("answer", "Sure. "), ("tool_call", "")]
     assert p.tool_text.startswith("<tool_call>")
-
-
-class StopAfterResponses(FrameProcessor):
-    """Records what the LLM pushes and ends the pipeline after the n-th complete response."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n, self.frames = n, []
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if direction == FrameDirection.DOWNSTREAM:
-            self.frames.append(frame)
-        await self.push_frame(frame, direction)
-        if isinstance(frame, LLMFullResponseEndFrame):
-            self.n -= 1
-            if self.n == 0:
-                await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
 
 
 class CallingBrain(Brain):

@@ -14,7 +14,6 @@ import time
 
 import pytest
 from pipecat.frames.frames import (
-    EndWorkerFrame,
     ErrorFrame,
     Frame,
     FunctionCallResultFrame,
@@ -31,9 +30,9 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import run_test
 
+from tests.pipeline_taps import StopAfterResponses
 from voice_agent.clinic_db import ClinicDB
 from voice_agent.clinic_words import parse_time
 from voice_agent.scenarios import load_scenario
@@ -72,25 +71,6 @@ def tool_call_to_copy(call: dict) -> LLMContext:
     return LLMContext(
         [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n<tool_call>\n{json.dumps(call)}\n</tool_call>"}],
         tools=tools_schema(SCENARIO.tools))
-
-
-class StopAfterResponses(FrameProcessor):
-    """Records what the LLM pushes and ends the pipeline after the n-th complete response, so a
-    test can wait for a tool round trip without guessing a sleep."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n, self.frames = n, []
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if direction == FrameDirection.DOWNSTREAM:
-            self.frames.append(frame)
-        await self.push_frame(frame, direction)
-        if isinstance(frame, LLMFullResponseEndFrame):
-            self.n -= 1
-            if self.n == 0:
-                await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
 
 
 async def test_only_answer_text_is_pushed_never_reasoning(base_engine):

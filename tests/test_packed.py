@@ -7,22 +7,16 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.model import causal_mask
 from engine.packed import PackedLinear
 from engine.precision import PrecisionError, fp32_linears
 from engine.quant import linear_bytes
-from tests.tiny_models import save_tiny
+from tests.tiny_models import causal_logits, save_tiny
 
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("tiny") / "llama", "llama", seed=3)
 
-
-def _logits(eng: Engine, tokens: list[int]) -> torch.Tensor:
-    t = len(tokens)
-    with torch.inference_mode():
-        return eng.model(torch.tensor([tokens]), torch.arange(t)[None], causal_mask(t)[None, None])[0].float()
 
 
 def test_cpu_fp32_packs_every_linear_and_matches_the_dense_model(tiny_folder, monkeypatch):
@@ -37,7 +31,7 @@ def test_cpu_fp32_packs_every_linear_and_matches_the_dense_model(tiny_folder, mo
     assert not any(isinstance(m, torch.nn.Linear) for m in packed.model.modules())
     assert linear_bytes(packed.model) == linear_bytes(dense.model)  # the same fp32 bytes per pass
     tokens = list(range(3, 40))
-    a, b = _logits(dense, tokens), _logits(packed, tokens)
+    a, b = causal_logits(dense, tokens), causal_logits(packed, tokens)
     assert (a - b).abs().max().item() < 1e-3 * (a.max() - a.min()).item()
     assert torch.equal(a.argmax(-1), b.argmax(-1))
 

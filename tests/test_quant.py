@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.model import causal_mask
 from engine.quant import INT8_TOLERANCE, Int8Linear, W8A8Linear, linear_bytes, quantize_int8
-from tests.tiny_models import save_tiny
+from tests.tiny_models import causal_logits, save_tiny
 
 CALL = [
     {"role": "system", "content": "You are a receptionist at a dental clinic."},
@@ -25,11 +24,6 @@ CALL = [
 def tiny_folder(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("tiny") / "llama", "llama", seed=1)
 
-
-def _logits(eng: Engine, tokens: list[int]) -> torch.Tensor:
-    t = len(tokens)
-    with torch.no_grad():
-        return eng.model(torch.tensor([tokens]), torch.arange(t)[None], causal_mask(t)[None, None])[0].float()
 
 
 def test_int8_replaces_every_linear_and_the_lm_head(tiny_folder, monkeypatch):
@@ -48,7 +42,7 @@ def test_int8_logits_within_tolerance_of_fp32_on_tiny_weights(tiny_folder):
     fp = Engine.load(tiny_folder, precision="fp32", family="smollm2-dllm", block_size=4)
     q = Engine.load(tiny_folder, precision="int8", family="smollm2-dllm", block_size=4)
     tokens = fp.prepare(CALL, reasoning_effort="instant").tokens
-    f, b = _logits(fp, tokens), _logits(q, tokens)
+    f, b = causal_logits(fp, tokens), causal_logits(q, tokens)
     rel = float((f - b).abs().max() / (f.max() - f.min()))
     assert rel <= INT8_TOLERANCE.max_rel_logit_diff  # measured 0.02-0.03
     # and the engine decodes with it, a session's second turn included
@@ -126,7 +120,7 @@ def test_int8_agrees_with_fp32_on_real_weights(base_engine_fp32):
         tokens = fp.prepare(msgs, reasoning_effort="instant").tokens
         r = fp.chat(msgs, reasoning_effort="instant", max_tokens=24)
         reply = fp.tokenizer.encode(r.raw_text or r.text, add_special_tokens=False).ids[:24]
-        f, b = _logits(fp, tokens + reply), _logits(q, tokens + reply)
+        f, b = causal_logits(fp, tokens + reply), causal_logits(q, tokens + reply)
         assert float((f - b).abs().max()) <= INT8_TOLERANCE.max_abs_logit_diff
         assert float((f.argmax(-1) == b.argmax(-1)).float().mean()) >= INT8_TOLERANCE.min_top1_agreement
 

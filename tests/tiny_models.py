@@ -38,3 +38,12 @@ def save_tiny(folder: Path, kind: str = "qwen2", seed: int = 0) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(src / name, folder / name)
     return folder
+
+
+def causal_logits(eng, tokens: list[int]) -> torch.Tensor:
+    """The engine model's logits at every position of `tokens`, teacher-forced with a causal mask."""
+    from engine.model import causal_mask
+
+    t = len(tokens)
+    with torch.inference_mode():
+        return eng.model(torch.tensor([tokens]), torch.arange(t)[None], causal_mask(t)[None, None])[0].float()
