@@ -7,7 +7,8 @@ import json
 import pytest
 
 from voice_agent.clinic_db import TOOL_NAMES
-from voice_agent.dialogues.generate import day_phrases, generate, time_phrases
+from voice_agent.dialogues import generate as gen
+from voice_agent.dialogues.generate import day_phrases, generate, reserved_names, time_phrases
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,15 @@ def test_heldout_calls_use_unseen_names(corpus):
     callers = [n for c in held for n in c["expect"]["appointments"]
                if not any(a["patient_name"] == n for a in c["db"]["appointments"])]
     assert callers and all(n not in recs for n in callers)
+
+
+def test_no_training_call_uses_a_hand_written_calls_patient(monkeypatch):
+    reserved = reserved_names()
+    assert {"mei tanaka", "tomasz nowak"} <= reserved  # read from samples/callers/dental_handwritten.yaml
+    # A name bank of one reserved pair and one free pair: the reserved one is always drawn again.
+    monkeypatch.setattr(gen, "_RESERVED", frozenset({"mei tanaka"}))
+    rng = gen.random.Random(0)
+    assert {gen._draw_name(rng, (["Mei", "Ana"], ["Tanaka"])) for _ in range(50)} == {"Ana Tanaka"}
 
 
 def test_generated_words_resolve_to_the_intended_day_and_time():
