@@ -118,5 +118,5 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
     return repairs
 
 
-__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "Repair", "ground_calls", "grounded_keys", "nearest_span",
+__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "WORD_RE", "Repair", "ground_calls", "grounded_keys", "nearest_span",
            "source_texts"]

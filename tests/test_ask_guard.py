@@ -53,6 +53,9 @@ def test_a_name_or_time_nobody_said_is_found_and_said_ones_are_not():
     unsaid = unsaid_argument([_book(patient_name="maria lopez", date="friday", time="one")], SCENARIO.tools, msgs,
                              SCENARIO.ask)
     assert unsaid.argument == "time" and unsaid.question == "What time would suit you?"
+    # The caller's words in another order are said; a word nobody used is not.
+    assert unsaid_argument([_book(patient_name="lopez maria", date="friday", time="later in the day")],
+                           SCENARIO.tools, msgs, SCENARIO.ask) is None
     msgs.append({"role": "user", "content": "make it two thirty"})
     assert unsaid_argument([_book(patient_name="Maria Lopez", date="friday", time="two thirty")], SCENARIO.tools,
                            msgs, SCENARIO.ask) is None

@@ -4,9 +4,10 @@ A small model sometimes calls `book_appointment` before it has every detail, and
 makes it fill every required argument, so it invents one: a name nobody gave ("sarah", or the
 receptionist's own "Maya"), "one" for a time the caller never named. Running such a call books the
 wrong patient or the wrong hour. The scenario's `ask` block says what to say for each argument
-that must come from the caller (the same questions the training dialogues ask); when a call's
-grounded argument (engine/grounding.py) matches nothing that was said, that question is spoken
-instead and the call does not run.
+that must come from the caller (the same questions the training dialogues ask). When a call's
+grounded argument (engine/grounding.py) is neither close to a span of what was said nor made of
+words that were said ("december the ninth" after "the ninth of december" is), that question is
+spoken instead and the call does not run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.grounding import grounded_keys, nearest_span, source_texts
+from engine.grounding import WORD_RE, grounded_keys, nearest_span, source_texts
+
+# Words a value may add to what was said: "december the ninth" for "the ninth of december".
+LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], 
         return None
     by_name = {t["function"]["name"]: t for t in tools or []}
     sources = source_texts(messages)
+    heard = {w.lower() for src in sources for w in WORD_RE.findall(src)}
     for call in calls:
         fn = call.get("function", {})
         tool = by_name.get(fn.get("name"))
@@ -44,9 +49,15 @@ def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], 
             if key not in ask or key not in args:
                 continue
             value = args[key]
-            if not isinstance(value, str) or not value.strip() or nearest_span(value, sources) is None:
+            if not isinstance(value, str) or not _was_said(value, sources, heard):
                 return Unsaid(fn["name"], key, str(value), ask[key])
     return None
 
 
-__all__ = ["Unsaid", "unsaid_argument"]
+def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
+    """A span of what was said (engine/grounding.py's rule), or its words in another order."""
+    words = {w.lower() for w in WORD_RE.findall(value)} - LINK_WORDS
+    return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
+
+
+__all__ = ["LINK_WORDS", "Unsaid", "unsaid_argument"]
