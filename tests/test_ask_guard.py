@@ -1,4 +1,4 @@
-"""Ask, do not guess (voice_agent/services/ask_guard.py): a call whose grounded argument nobody said
+"""Ask, do not guess (voice_agent/brain/ask_guard.py): a call whose grounded argument nobody said
 does not run; the scenario's question for that argument is spoken instead."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from voice_agent.brain import Brain, TurnResult
+from voice_agent.brain.ask_guard import unsaid_argument
 from voice_agent.brain.types import TurnEvent
 from voice_agent.clinic_db import ClinicDB
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
-from voice_agent.services.ask_guard import unsaid_argument
 from voice_agent.services.llm import EngineLLMService, tools_schema
 
 SCENARIO = load_scenario("dental_receptionist")
@@ -81,3 +81,16 @@ def test_the_ask_block_names_real_arguments():
     data = {"name": "x", "system_prompt": "hi", "tools": SCENARIO.tools, "ask": {"patient_nmae": "Your name?"}}
     with pytest.raises(ScenarioError, match="ask.patient_nmae: no tool has an argument 'patient_nmae'"):
         parse_scenario(data)
+
+
+async def test_the_brain_itself_asks_so_every_framework_gets_the_same_turn():
+    brain = ScriptedBrain([_book(patient_name="sarah", date="2026-12-02", time="9 am")])
+    brain.ask_for = SCENARIO.ask
+    msgs = [{"role": "user", "content": "a checkup on 2026-12-02 at 9 am please"}]
+    events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
+    assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.ask["patient_name"]), ("done", "")]
+    done = events[-1].result
+    assert done.tool_calls == [] and done.text == SCENARIO.ask["patient_name"] and done.finish_reason == "stop"
+    brain.ask_for, brain.turns = {}, 0  # without the block, the call goes through as the model made it
+    events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
+    assert [e.type for e in events] == ["done"] and events[-1].result.tool_calls

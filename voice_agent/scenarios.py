@@ -37,7 +37,7 @@ class Scenario:
     reasoning_effort: str
     source: Path | None = None
     extra: dict = field(default_factory=dict)
-    # argument -> what to ask when a call's value for it was never said (voice_agent/services/ask_guard.py)
+    # argument -> what to ask when a call's value for it was never said (voice_agent/brain/ask_guard.py)
     ask: dict[str, str] = field(default_factory=dict)
 
     @property

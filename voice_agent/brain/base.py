@@ -23,6 +23,7 @@ from typing import Any
 
 from loguru import logger
 
+from voice_agent.brain.ask_guard import ask_instead
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent
 
@@ -34,6 +35,9 @@ class Brain(ABC):
 
     def __init__(self) -> None:
         self.trimmer = HistoryTrimmer()
+        # The scenario's `ask` block (argument -> question): a call whose grounded argument nobody
+        # said becomes that question (voice_agent/brain/ask_guard.py), for every framework alike.
+        self.ask_for: dict[str, str] = {}
 
     @property
     @abstractmethod
@@ -46,11 +50,16 @@ class Brain(ABC):
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
         while True:
-            started = False
+            started = answered = False
             try:
                 async with contextlib.aclosing(self._attempt(msgs, params)) as events:
                     async for ev in events:
                         started = True
+                        answered = answered or (ev.type == "answer" and bool(ev.text.strip()))
+                        if ev.type == "done" and ev.result is not None and not answered:
+                            for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
+                                yield asked
+                            continue
                         yield ev
                 return
             except BrainError as e:

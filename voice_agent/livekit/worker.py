@@ -102,7 +102,9 @@ class CallFactory:
 
     def session(self, reasoning_effort: str | None = None) -> tuple[AgentSession, ScenarioAgent]:
         self.load()
-        llm = EngineLLM(make_brain(self.cfg, engine=self.engine), reasoning_effort=reasoning_effort or self.effort,
+        brain = make_brain(self.cfg, engine=self.engine)
+        brain.ask_for = dict(self.scenario.ask)  # the same "ask, do not guess" policy as the Pipecat cascade
+        llm = EngineLLM(brain, reasoning_effort=reasoning_effort or self.effort,
                         max_tokens=self.cfg.max_tokens, temperature=self.cfg.temperature)
         llm.on("engine_metrics", _log_turn)
         session = AgentSession(

@@ -56,7 +56,6 @@ from engine import EFFORTS
 from voice_agent.brain import Brain, BrainError, TurnResult
 from voice_agent.brain.engine_bridge import EngineBrain
 from voice_agent.config import CallOptions
-from voice_agent.services.ask_guard import unsaid_argument
 from voice_agent.services.speakable import SpeakableFilter
 
 ToolFn = Callable[[dict], dict | Awaitable[dict]]
@@ -93,7 +92,7 @@ class EngineLLMService(LLMService):
         """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
         with `session` or a fresh one). `ask_for`: the scenario's `ask` block (argument -> question):
         a call whose grounded argument nobody said is replaced by that question
-        (voice_agent/services/ask_guard.py)."""
+        (voice_agent/brain/ask_guard.py)."""
         _check_effort(reasoning_effort)
         self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
@@ -105,7 +104,8 @@ class EngineLLMService(LLMService):
         self.filler, self.filler_after_s = filler, filler_after_s
         self.apology, self.no_answer = apology, no_answer
         self.max_tool_rounds = max_tool_rounds
-        self.ask_for = dict(ask_for or {})
+        if ask_for:
+            self.brain.ask_for = dict(ask_for)
         self.last_metrics: dict | None = None
         self.turn_metrics: list[dict] = []
         self.last_reasoning = ""
@@ -227,16 +227,8 @@ class EngineLLMService(LLMService):
                       temperature=float(self._settings.temperature or 0.0))
         await self.start_ttfb_metrics()
         result, answered = await self._stream(messages, kwargs)
-        unsaid = None if answered else unsaid_argument(result.tool_calls, tools or [], messages, self.ask_for)
-        if unsaid is not None:
-            result.metrics["asked_instead_of_call"] = {"tool": unsaid.tool, "argument": unsaid.argument,
-                                                       "value": unsaid.value}
         await self._report(result)
-        if unsaid is not None:
-            logger.info(f"{self}: {unsaid.tool} had {unsaid.argument}={unsaid.value!r}, which the caller never "
-                        f"said; asking instead")
-            await self._push_llm_text(unsaid.question)
-        elif result.tool_calls:
+        if result.tool_calls:
             await self.stop_ttfat_metrics()  # the call is what the caller gets from this turn
             await self.run_function_calls([
                 FunctionCallFromLLM(function_name=c["function"]["name"], tool_call_id=c["id"],

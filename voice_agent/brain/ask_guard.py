@@ -13,9 +13,12 @@ spoken instead and the call does not run.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from loguru import logger
 
 from engine.grounding import WORD_RE, grounded_keys, nearest_span, source_texts
+from voice_agent.brain.types import TurnEvent, TurnResult
 
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
@@ -54,10 +57,24 @@ def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], 
     return None
 
 
+def ask_instead(result: TurnResult, tools: list[dict] | None, messages: list[dict],
+                ask: dict[str, str]) -> list[TurnEvent]:
+    """The turn's last events: its own "done", or, when a call carries an argument nobody said, the
+    question as the answer and a "done" without the calls (`metrics["asked_instead_of_call"]`)."""
+    unsaid = unsaid_argument(result.tool_calls, tools or [], messages, ask)
+    if unsaid is None:
+        return [TurnEvent("done", result=result)]
+    logger.info(f"{unsaid.tool} had {unsaid.argument}={unsaid.value!r}, which the caller never said; asking instead")
+    metrics = {**result.metrics, "asked_instead_of_call": {"tool": unsaid.tool, "argument": unsaid.argument,
+                                                           "value": unsaid.value}}
+    asked = replace(result, text=unsaid.question, tool_calls=[], finish_reason="stop", metrics=metrics)
+    return [TurnEvent("answer", unsaid.question), TurnEvent("done", result=asked)]
+
+
 def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
     """A span of what was said (engine/grounding.py's rule), or its words in another order."""
     words = {w.lower() for w in WORD_RE.findall(value)} - LINK_WORDS
     return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
 
 
-__all__ = ["LINK_WORDS", "Unsaid", "unsaid_argument"]
+__all__ = ["LINK_WORDS", "Unsaid", "ask_instead", "unsaid_argument"]
