@@ -90,17 +90,29 @@ def nearest_span(value: str, sources: list[str]) -> str | None:
     return best
 
 
-def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> list[Repair]:
-    """Mend the grounded arguments of OpenAI-shaped `calls` in place; return what was changed."""
-    by_name = {t["function"]["name"]: t for t in tools}
-    sources: list[str] | None = None
-    repairs: list[Repair] = []
+def grounded_arguments(calls: list[dict], tools: list[dict]):
+    """(function, its arguments as a dict, the grounded keys) of each call to a tool with grounded
+    keys; calls whose arguments are not a JSON object are left out."""
+    by_name = {t["function"]["name"]: t for t in tools or []}
     for call in calls:
         fn = call.get("function", {})
         keys = grounded_keys(by_name.get(fn.get("name"), {}))
         if not keys:
             continue
-        args = json.loads(fn["arguments"]) if isinstance(fn.get("arguments"), str) else fn.get("arguments")
+        args = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except json.JSONDecodeError:
+            continue
+        if isinstance(args, dict):
+            yield fn, args, keys
+
+
+def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> list[Repair]:
+    """Mend the grounded arguments of OpenAI-shaped `calls` in place; return what was changed."""
+    sources: list[str] | None = None
+    repairs: list[Repair] = []
+    for fn, args, keys in grounded_arguments(calls, tools):
         changed = False
         for key in keys:
             value = args.get(key)
@@ -118,5 +130,5 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
     return repairs
 
 
-__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "WORD_RE", "Repair", "ground_calls", "grounded_keys", "nearest_span",
+__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "WORD_RE", "Repair", "ground_calls", "grounded_arguments", "grounded_keys", "nearest_span",
            "source_texts"]

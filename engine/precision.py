@@ -139,5 +139,5 @@ def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")
 
 
-__all__ = ["BF16_TOLERANCE", "FP32_LINEARS", "FP32_LINEARS_ENV", "PRECISIONS", "PRECISION_ENV", "Precision", "PrecisionError", "int8_activation_dtype",
-           "fp32_linears", "native_bf16_flags", "resolve_precision"]
+__all__ = ["BF16_TOLERANCE", "FP32_LINEARS", "FP32_LINEARS_ENV", "PRECISIONS", "PRECISION_ENV", "Precision",
+           "PrecisionError", "fp32_linears", "int8_activation_dtype", "native_bf16_flags", "resolve_precision"]

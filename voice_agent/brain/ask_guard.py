@@ -12,12 +12,11 @@ spoken instead and the call does not run.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 from loguru import logger
 
-from engine.grounding import WORD_RE, grounded_keys, nearest_span, source_texts
+from engine.grounding import WORD_RE, grounded_arguments, nearest_span, source_texts
 from voice_agent.brain.types import TurnEvent, TurnResult
 
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
@@ -36,19 +35,10 @@ def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], 
     """The first grounded argument of `calls` with a question in `ask` whose value nobody said."""
     if not ask or not calls:
         return None
-    by_name = {t["function"]["name"]: t for t in tools or []}
     sources = source_texts(messages)
     heard = {w.lower() for src in sources for w in WORD_RE.findall(src)}
-    for call in calls:
-        fn = call.get("function", {})
-        tool = by_name.get(fn.get("name"))
-        if tool is None:
-            continue
-        try:
-            args = json.loads(fn.get("arguments") or "{}")
-        except json.JSONDecodeError:
-            continue
-        for key in grounded_keys(tool):
+    for fn, args, keys in grounded_arguments(calls, tools):
+        for key in keys:
             if key not in ask or key not in args:
                 continue
             value = args[key]
