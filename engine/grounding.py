@@ -1,14 +1,15 @@
 """Grounded tool arguments: a value that copies the conversation is mended to what was said.
 
-A tool schema marks a string property `"x-grounded": true` when its value is a copy of words in the
-conversation: the caller's name, the day and time in the caller's own words, or a date or time
+A tool schema marks a string property `"x-grounded": true` (or a kind of phrase, `"x-grounded": "time"`)
+when its value is a copy of words in the conversation: the caller's name, the day and time in the caller's own words, or a date or time
 that a tool result gave back. A small model copies such spans well but not perfectly: measured on
 60 held-out calls (default adapter v7), it wrote "adebayo dango" for "adebayo dang", "folak Maalouf"
 for "Folake Maalouf" and "thisonday" for "this monday", and each slip lost the call.
 
 After a call is parsed, each grounded value that is not a span of the conversation's words (case and
 spacing aside) is replaced by the nearest span of about as many words, when the two agree closely
-(`MIN_SIMILARITY` of difflib's ratio); a value with no close span stays as it is, and the tool
+(`MIN_SIMILARITY` of difflib's ratio; for a free-text value such as a name whose last word was said
+as written, `SAME_SURNAME_SIMILARITY`); a value with no close span stays as it is, and the tool
 answers it. Spans come from the user turns, the tool results and earlier calls' arguments, newest
 first; the system prompt and the assistant's own words are not sources (a receptionist's name there
 is not the caller's).
@@ -23,6 +24,9 @@ from dataclasses import dataclass
 
 GROUNDED_KEY = "x-grounded"
 MIN_SIMILARITY = 0.8
+# A free-text value (a name) whose last word was said as written: "diana suzuki" for "deepa suzuki"
+# (0.75), "maja oyelaran" for "marcus oyelaran" (0.79); "sarah lee" for "jordan lee" (0.53) stays.
+SAME_SURNAME_SIMILARITY = 0.7
 WORD_RE = re.compile(r"[\w'’:-]+")
 
 
@@ -34,9 +38,20 @@ class Repair:
     grounded: str
 
 
-def grounded_keys(tool: dict) -> list[str]:
+def grounded_kinds(tool: dict) -> dict[str, str]:
+    """Grounded key -> its kind: `"x-grounded": true` is kind "text"; a string names the kind of
+    phrase (a scenario's "day", "time"), which the engine passes on without reading it."""
     props = (tool.get("function", {}).get("parameters") or {}).get("properties") or {}
-    return [k for k, spec in props.items() if isinstance(spec, dict) and spec.get(GROUNDED_KEY) is True]
+    kinds = {}
+    for key, spec in props.items():
+        mark = spec.get(GROUNDED_KEY) if isinstance(spec, dict) else None
+        if mark is True or (isinstance(mark, str) and mark.strip()):
+            kinds[key] = "text" if mark is True else mark.strip()
+    return kinds
+
+
+def grounded_keys(tool: dict) -> list[str]:
+    return list(grounded_kinds(tool))
 
 
 def source_texts(messages: list[dict]) -> list[str]:
@@ -62,14 +77,17 @@ def _spans(words: list[str], n: int):
         yield " ".join(words[i:i + n])
 
 
-def nearest_span(value: str, sources: list[str]) -> str | None:
+def nearest_span(value: str, sources: list[str], same_last_word: float | None = None) -> str | None:
     """`value` itself when it is a span of `sources` (case and spacing aside); else the closest span
-    of one word fewer to one word more when it agrees by MIN_SIMILARITY; else None."""
+    of one word fewer to one word more when it agrees by MIN_SIMILARITY; else None. With
+    `same_last_word`, a span of as many words (two or more) that ends in the value's own last word
+    needs only that similarity: a name whose surname was copied right and first name wrong."""
     want = WORD_RE.findall(value.lower())
     if not want:
         return None
     target = " ".join(want)
-    best, best_ratio = None, MIN_SIMILARITY
+    floor = MIN_SIMILARITY if same_last_word is None or len(want) < 2 else min(MIN_SIMILARITY, same_last_word)
+    best, best_ratio = None, floor
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2(target)
     for src in sources:
@@ -81,22 +99,25 @@ def nearest_span(value: str, sources: list[str]) -> str | None:
             for i, span in enumerate(_spans(lower, n)):
                 if span == target:
                     return value
+                need = best_ratio
+                if floor < MIN_SIMILARITY and not (n == len(want) and lower[i + n - 1] == want[-1]):
+                    need = max(best_ratio, MIN_SIMILARITY)
                 matcher.set_seq1(span)
-                if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+                if matcher.real_quick_ratio() <= need or matcher.quick_ratio() <= need:
                     continue
                 r = matcher.ratio()
-                if r > best_ratio:
+                if r > need:
                     best, best_ratio = " ".join(words[i:i + n]), r
     return best
 
 
 def grounded_arguments(calls: list[dict], tools: list[dict]):
-    """(function, its arguments as a dict, the grounded keys) of each call to a tool with grounded
+    """(function, its arguments as a dict, grounded key -> kind) of each call to a tool with grounded
     keys; calls whose arguments are not a JSON object are left out."""
     by_name = {t["function"]["name"]: t for t in tools or []}
     for call in calls:
         fn = call.get("function", {})
-        keys = grounded_keys(by_name.get(fn.get("name"), {}))
+        keys = grounded_kinds(by_name.get(fn.get("name"), {}))
         if not keys:
             continue
         args = fn.get("arguments") or "{}"
@@ -120,7 +141,7 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
                 continue
             if sources is None:
                 sources = source_texts(messages)
-            span = nearest_span(value, sources)
+            span = nearest_span(value, sources, SAME_SURNAME_SIMILARITY if keys[key] == "text" else None)
             if span is not None and span != value:
                 repairs.append(Repair(fn["name"], key, value, span))
                 args[key] = span
@@ -130,5 +151,5 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
     return repairs
 
 
-__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "WORD_RE", "Repair", "ground_calls", "grounded_arguments", "grounded_keys", "nearest_span",
-           "source_texts"]
+__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "WORD_RE", "Repair", "SAME_SURNAME_SIMILARITY", "ground_calls", "grounded_arguments", "grounded_keys",
+           "grounded_kinds", "nearest_span", "source_texts"]

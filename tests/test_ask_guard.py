@@ -12,7 +12,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from voice_agent.brain import Brain, TurnResult
-from voice_agent.brain.ask_guard import unsaid_argument
+from voice_agent.brain.ask_guard import ask_instead, check_calls, unsaid_argument
 from voice_agent.brain.types import TurnEvent
 from voice_agent.clinic_db import ClinicDB
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
@@ -53,10 +53,14 @@ def test_a_name_or_time_nobody_said_is_found_and_said_ones_are_not():
     unsaid = unsaid_argument([_book(patient_name="maria lopez", date="friday", time="one")], SCENARIO.tools, msgs,
                              SCENARIO.ask)
     assert unsaid.argument == "time" and unsaid.question == "What time would suit you?"
-    # The caller's words in another order are said; a word nobody used is not.
-    assert unsaid_argument([_book(patient_name="lopez maria", date="friday", time="later in the day")],
-                           SCENARIO.tools, msgs, SCENARIO.ask) is None
+    # Said words that are no time are asked about too (the tool could not read them either).
+    unsaid = unsaid_argument([_book(patient_name="maria lopez", date="friday", time="later in the day")],
+                             SCENARIO.tools, msgs, SCENARIO.ask)
+    assert (unsaid.argument, unsaid.value) == ("time", "later in the day")
     msgs.append({"role": "user", "content": "make it two thirty"})
+    # The caller's words in another order are said; a word nobody used is not.
+    assert unsaid_argument([_book(patient_name="lopez maria", date="friday", time="two thirty")],
+                           SCENARIO.tools, msgs, SCENARIO.ask) is None
     assert unsaid_argument([_book(patient_name="Maria Lopez", date="friday", time="two thirty")], SCENARIO.tools,
                            msgs, SCENARIO.ask) is None
     assert unsaid_argument([_book(patient_name="Maya", date="friday", time="one")], SCENARIO.tools, msgs, {}) is None
@@ -94,3 +98,65 @@ async def test_the_brain_itself_asks_so_every_framework_gets_the_same_turn():
     brain.ask_for, brain.turns = {}, 0  # without the block, the call goes through as the model made it
     events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [e.type for e in events] == ["done"] and events[-1].result.tool_calls
+
+
+def _turn(*lines: str) -> list[dict]:
+    return [{"role": "system", "content": SCENARIO.system_prompt_for(dt.date(2026, 12, 1))},
+            {"role": "assistant", "content": SCENARIO.greeting}] + [{"role": "user", "content": x} for x in lines]
+
+
+def _args(call: dict) -> dict:
+    return json.loads(call["function"]["arguments"])
+
+
+def test_a_mangled_day_or_time_takes_the_callers_own_phrase_instead_of_asking_for_it_again():
+    # Adapter v7 on held-out calls: "1:00" for "half past one", the name as the day, "this coming tomorrow".
+    msgs = _turn("could we do the 9th half past one would be great", "it's anika malik")
+    calls = [_book(patient_name="anika malik", date="the 9th", time="1:00")]
+    mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
+    assert unsaid is None and _args(calls[0])["time"] == "half past one"
+    assert [(m.argument, m.written, m.said) for m in mended] == [("time", "1:00", "half past one")]
+    calls = [_book(patient_name="fatima honeycutt", date="fatima honeycutt", time="one o'clock")]
+    msgs = _turn("when are you free the second of december", "make it one o'clock", "it's fatima honeycutt")
+    assert check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1] is None
+    assert _args(calls[0]) == {"patient_name": "fatima honeycutt", "date": "the second of december",
+                               "time": "one o'clock"}
+    free = [{"id": "c", "type": "function", "function": {"name": "find_free_slots",
+                                                         "arguments": json.dumps({"date": "this coming tomorrow"})}}]
+    check_calls(free, SCENARIO.tools, _turn("what times have you got free tomorrow?"), SCENARIO.ask)
+    assert _args(free[0])["date"] == "tomorrow"
+
+
+def test_two_different_times_or_none_at_all_are_still_asked_about():
+    calls = [{"id": "c", "type": "function", "function": {"name": "move_appointment", "arguments": json.dumps(
+        {"patient_name": "amara okafor", "new_date": "wednesday", "new_time": "one"})}}]
+    msgs = _turn("a filling on wednesday at ten my name is amara okafor", "sorry i meant eleven not ten")
+    unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1]
+    assert (unsaid.argument, unsaid.value) == ("new_time", "one") and _args(calls[0])["new_time"] == "one"
+    # "the 9th" names a day, not nine o'clock
+    unsaid = unsaid_argument([_book(patient_name="anita moreau", date="the 9th", time="9")], SCENARIO.tools,
+                             _turn("a filling for anita moreau let's say the 9th later in the day"), SCENARIO.ask)
+    assert (unsaid.argument, unsaid.value) == ("time", "9")
+
+
+def test_the_done_event_carries_the_mended_calls_and_says_what_was_taken():
+    calls = [_book(patient_name="mikhail fitzgerald", date="the 8th", time="one")]
+    result = TurnResult(text="", reasoning="", tool_calls=calls, tool_errors=[], finish_reason="tool_calls")
+    msgs = _turn("an exam half past ten would be great", "could we do the 8th", "the name is mikhail fitzgerald")
+    [done] = ask_instead(result, SCENARIO.tools, msgs, SCENARIO.ask)
+    assert _args(done.result.tool_calls[0])["time"] == "half past ten"
+    assert done.result.metrics["said_phrase_repairs"] == [
+        {"tool": "book_appointment", "argument": "time", "written": "one", "said": "half past ten"}]
+    assert _args(calls[0])["time"] == "one"  # the engine's own result is left as it was
+
+
+def test_a_tool_can_ask_in_its_own_words_and_the_ask_block_checks_them():
+    cancel = [{"id": "c", "type": "function", "function": {"name": "cancel_appointment",
+                                                           "arguments": json.dumps({"patient_name": "Maya"})}}]
+    unsaid = unsaid_argument(cancel, SCENARIO.tools, _turn("call off my visit please"), SCENARIO.ask)
+    assert unsaid.question == SCENARIO.ask["cancel_appointment.patient_name"]
+    assert "cancel" in unsaid.question and unsaid.question != SCENARIO.ask["patient_name"]
+    for key, error in (("cancel_apointment.patient_name", "no tool named 'cancel_apointment'"),
+                       ("cancel_appointment.time", "cancel_appointment has no argument 'time'")):
+        with pytest.raises(ScenarioError, match=error):
+            parse_scenario({"name": "x", "system_prompt": "hi", "tools": SCENARIO.tools, "ask": {key: "Sorry?"}})

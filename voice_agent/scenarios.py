@@ -8,6 +8,7 @@ phrase and a default reasoning_effort. This module loads them and binds tool nam
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 import yaml
 
 from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
+
+_TODAY_RE = re.compile(r"\nToday is \w+, (\d{4}-\d{2}-\d{2})\.")
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -72,6 +75,16 @@ class Scenario:
             else:
                 bound[name] = _unavailable(name)
         return bound
+
+
+def today_of(messages: list[dict]) -> dt.date:
+    """The call's today as its system prompt states it (`Scenario.system_prompt_for`); else the date."""
+    for m in messages:
+        if m.get("role") == "system" and isinstance(m.get("content"), str):
+            found = _TODAY_RE.search(m["content"])
+            if found:
+                return dt.date.fromisoformat(found.group(1))
+    return dt.date.today()
 
 
 def _unavailable(name: str) -> ToolHandler:
@@ -133,17 +146,30 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
 
 
 def _parse_ask(ask: Any, tools: list[dict], where: str) -> dict[str, str]:
+    """`argument: question`, or `tool.argument: question` for one tool's own wording (it wins for
+    that tool: "Sure, I can cancel that. Can I have your full name?")."""
     if ask is None:
         return {}
     if not isinstance(ask, dict):
         raise ScenarioError(f"{where}: 'ask' must map argument names to the question to ask for them")
-    args = {k for t in tools for k in (t["function"]["parameters"].get("properties") or {})}
+    props = {t["function"]["name"]: set(t["function"]["parameters"].get("properties") or {}) for t in tools}
+    args = set().union(*props.values()) if props else set()
     for key, question in ask.items():
-        if key not in args:
-            raise ScenarioError(f"{where}: ask.{key}: no tool has an argument {key!r}; known: {', '.join(sorted(args))}")
+        tool, _, arg = str(key).rpartition(".")
+        if tool and tool not in props:
+            raise ScenarioError(f"{where}: ask.{key}: no tool named {tool!r}; known: {', '.join(sorted(props))}")
+        if arg not in (props[tool] if tool else args):
+            known = props[tool] if tool else args
+            what = f"{tool} has no argument {arg!r}" if tool else f"no tool has an argument {arg!r}"
+            raise ScenarioError(f"{where}: ask.{key}: {what}; known: {', '.join(sorted(known))}")
         if not isinstance(question, str) or not question.strip():
             raise ScenarioError(f"{where}: ask.{key} must be a non-empty question")
     return {str(k): str(v) for k, v in ask.items()}
+
+
+def ask_question(ask: dict[str, str], tool: str, argument: str) -> str | None:
+    """What to ask for `argument` of `tool`: the tool's own wording, else the argument's."""
+    return ask.get(f"{tool}.{argument}") or ask.get(argument)
 
 
 def _parse_tools(tools: Any, where: str) -> list[dict]:

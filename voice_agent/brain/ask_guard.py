@@ -8,16 +8,25 @@ that must come from the caller (the same questions the training dialogues ask). 
 grounded argument (engine/grounding.py) is neither close to a span of what was said nor made of
 words that were said ("december the ninth" after "the ninth of december" is), that question is
 spoken instead and the call does not run.
+
+A typed argument (`x-grounded: day` or `time`) must also be a phrase of its kind. One that is not, or
+that nobody said ("1:00" for "half past one"), first takes the caller's own phrase of that kind from
+their latest words that name one (voice_agent/said_phrases.py); only when there is none, or two
+different ones, is the question asked.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import dataclass, replace
 
 from loguru import logger
 
 from engine.grounding import WORD_RE, grounded_arguments, nearest_span, source_texts
 from voice_agent.brain.types import TurnEvent, TurnResult
+from voice_agent.said_phrases import PHRASE_KINDS, is_phrase, latest_said
+from voice_agent.scenarios import ask_question, today_of
 
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
@@ -31,29 +40,67 @@ class Unsaid:
     question: str
 
 
-def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], ask: dict[str, str]) -> Unsaid | None:
-    """The first grounded argument of `calls` with a question in `ask` whose value nobody said."""
-    if not ask or not calls:
-        return None
+@dataclass(frozen=True)
+class Mended:
+    """A typed argument nobody said, replaced by the caller's own phrase of that kind."""
+    tool: str
+    argument: str
+    written: str
+    said: str
+
+
+def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
+                ask: dict[str, str]) -> tuple[list[Mended], Unsaid | None]:
+    """Mend, in place, each typed grounded argument (`x-grounded: day|time`) that is not the caller's
+    phrase of its kind, when the caller's latest words of that kind name one (said_phrases.py); then
+    return the first grounded argument with a question in `ask` (`argument` or `tool.argument`)
+    whose value nobody said, if any."""
+    if not calls or not ask:  # the scenario's ask block switches the whole policy on
+        return [], None
     sources = source_texts(messages)
     heard = {w.lower() for src in sources for w in WORD_RE.findall(src)}
-    for fn, args, keys in grounded_arguments(calls, tools):
-        for key in keys:
-            if key not in ask or key not in args:
+    today = today_of(messages)
+    users = [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    mended: list[Mended] = []
+    for fn, args, kinds in grounded_arguments(calls, tools):
+        changed = False
+        for key, kind in kinds.items():
+            question = ask_question(ask, fn["name"], key)
+            if key not in args or (question is None and kind not in PHRASE_KINDS):
                 continue
             value = args[key]
-            if not isinstance(value, str) or not _was_said(value, sources, heard):
-                return Unsaid(fn["name"], key, str(value), ask[key])
-    return None
+            if isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today):
+                continue
+            said = latest_said(kind, users, today) if kind in PHRASE_KINDS else None
+            if said is not None:
+                mended.append(Mended(fn["name"], key, str(value), said))
+                args[key], changed = said, True
+            elif question is not None:
+                return mended, Unsaid(fn["name"], key, str(value), question)
+        if changed:
+            fn["arguments"] = json.dumps(args) if isinstance(fn.get("arguments"), str) else args
+    return mended, None
+
+
+def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], ask: dict[str, str]) -> Unsaid | None:
+    """The first grounded argument of `calls` with a question in `ask` whose value nobody said
+    (typed ones are first mended from the caller's words where they can be: `check_calls`)."""
+    return check_calls(calls, tools, messages, ask)[1]
 
 
 def ask_instead(result: TurnResult, tools: list[dict] | None, messages: list[dict],
                 ask: dict[str, str]) -> list[TurnEvent]:
-    """The turn's last events: its own "done", or, when a call carries an argument nobody said, the
-    question as the answer and a "done" without the calls (`metrics["asked_instead_of_call"]`)."""
-    unsaid = unsaid_argument(result.tool_calls, tools or [], messages, ask)
+    """The turn's last events: its own "done" (with typed arguments mended from the caller's words,
+    `metrics["said_phrase_repairs"]`), or, when a call carries an argument nobody said, the question
+    as the answer and a "done" without the calls (`metrics["asked_instead_of_call"]`)."""
+    calls = copy.deepcopy(result.tool_calls)
+    mended, unsaid = check_calls(calls, tools or [], messages, ask)
     if unsaid is None:
-        return [TurnEvent("done", result=result)]
+        if not mended:
+            return [TurnEvent("done", result=result)]
+        logger.info(f"typed arguments taken from the caller's words: {mended}")
+        metrics = {**result.metrics, "said_phrase_repairs": [vars(m) for m in mended]}
+        return [TurnEvent("done", result=replace(result, tool_calls=calls, metrics=metrics))]
     logger.info(f"{unsaid.tool} had {unsaid.argument}={unsaid.value!r}, which the caller never said; asking instead")
     metrics = {**result.metrics, "asked_instead_of_call": {"tool": unsaid.tool, "argument": unsaid.argument,
                                                            "value": unsaid.value}}
@@ -67,4 +114,4 @@ def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
     return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
 
 
-__all__ = ["LINK_WORDS", "Unsaid", "ask_instead", "unsaid_argument"]
+__all__ = ["LINK_WORDS", "Mended", "Unsaid", "ask_instead", "check_calls", "unsaid_argument"]

@@ -375,7 +375,7 @@ def caller_reply(sim: CallerSim, s: State, said: str) -> str | None:
         if p.kind == "book_part" and s.part is None:
             return asr(say_slot(sim, s, "day") + " " + say_slot(sim, s, "part"), rng)
         return asr(" ".join([say_slot(sim, s, "day")] + volunteer(sim, s, rng.choice([0, 0, 1]))), rng)
-    if said == ASK["name"] or said.endswith("full name on the booking?") or said.endswith("full name again?"):
+    if said.endswith(ASK["name"]) or said.endswith("full name on the booking?") or said.endswith("full name again?"):
         if p.kind == "cancel_unknown" and s.name is None and not sim.retried:
             sim.retried = True
             return None  # the caller hangs up unsure: the error was read to them

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from voice_agent.scenarios import load_scenario
+from voice_agent.scenarios import ask_question, load_scenario
 
 _SCENARIO_ASK = load_scenario("dental_receptionist").ask  # one home: the agent asks in the same words
+INTENT_TOOL = {"book": "book_appointment", "move": "move_appointment", "cancel": "cancel_appointment",
+               "lookup": "lookup_patient"}
 ASK = {
     "service": "Sure. What is the visit for: a checkup, a cleaning, a filling, whitening or an emergency?",
     "day": _SCENARIO_ASK["date"],
@@ -52,6 +54,11 @@ class State:
                 f"name {v(self.name)} -> {action}")
 
 
+def ask_name(intent: str | None) -> str:
+    """The name question in the intent's own words ("Sure, I can cancel that. Can I have ...")."""
+    return ask_question(_SCENARIO_ASK, INTENT_TOOL.get(intent or "", ""), "patient_name") or ASK["name"]
+
+
 def first_name(name: str) -> str:
     return name.split()[0]
 
@@ -72,7 +79,7 @@ def next_action(s: State) -> Act:
             args = {"date": s.day, **({"part_of_day": s.part} if s.part else {}), "service": s.service}
             return Act("call", tool="find_free_slots", args=args, note=s.note("find_free_slots"))
         if s.name is None:
-            return Act("say", text=ASK["name"], note=s.note("ask name"))
+            return Act("say", text=ask_name(s.intent), note=s.note("ask name"))
         return Act("call", tool="book_appointment", note=s.note("book_appointment"),
                    args={"patient_name": s.name, "date": s.day, "time": s.time, "service": s.service})
     if s.intent == "free" and not s.done:
@@ -82,12 +89,12 @@ def next_action(s: State) -> Act:
         return Act("call", tool="find_free_slots", args=args, note=s.note("find_free_slots"))
     if s.intent in ("cancel", "lookup") and not s.done:
         if s.name is None:
-            return Act("say", text=ASK["name"], note=s.note("ask name"))
+            return Act("say", text=ask_name(s.intent), note=s.note("ask name"))
         tool = "cancel_appointment" if s.intent == "cancel" else "lookup_patient"
         return Act("call", tool=tool, args={"patient_name": s.name}, note=s.note(tool))
     if s.intent == "move" and not s.done:
         if s.name is None:
-            return Act("say", text=ASK["name"], note=s.note("ask name"))
+            return Act("say", text=ask_name(s.intent), note=s.note("ask name"))
         if s.day is None or s.time is None:
             return Act("say", text=ASK["new_when"], note=s.note("ask new day and time"))
         return Act("call", tool="move_appointment", note=s.note("move_appointment"),

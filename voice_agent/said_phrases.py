@@ -1,0 +1,139 @@
+"""Which words of the caller name a day or a time: the phrases a typed tool argument may copy.
+
+A tool argument marked `x-grounded: day` or `x-grounded: time` (prompts/*.yaml) must be the caller's
+own phrase for a day or a time. Adapter v7 often made the right call with a mangled copy: "1:00" or
+"9" for "half past one", "this coming tomorrow" for "tomorrow", the caller's name as the date. The
+ask guard (voice_agent/brain/ask_guard.py) then asked for what the caller had just said. With these
+finders it takes the caller's phrase instead, when the caller's latest words that name one name
+exactly one, and asks only when they name none or two different ones ("eleven, not ten").
+
+A phrase is a run of words that `clinic_words` parses, with a marker of its kind: a weekday, month,
+ordinal, "today" or "tomorrow" for a day; a bare number, a clock time, am/pm, "o'clock", "half past"
+or "noon" for a time, and no ordinal, weekday or month (so "the 9th" is a day, not nine o'clock).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+
+from voice_agent.clinic_words import _ORDINALS, _UNITS, MONTHS, WEEKDAYS, parse_day, parse_time
+
+MAX_WORDS = 5
+_WORD = re.compile(r"[a-z0-9:']+")
+_MONTHS = set(MONTHS) | {m[:3] for m in MONTHS}
+_DAYS = set(WEEKDAYS) | {d + "s" for d in WEEKDAYS}
+_ORDINAL = re.compile(r"\d{1,2}(st|nd|rd|th)")
+# Words that may sit inside a phrase but never start or end one ("at ten please" is "ten").
+_GLUE = {"at", "on", "the", "of", "in", "um", "uh", "like", "so", "please", "around", "about", "for", "or",
+         "maybe", "and", "a"}
+_DAY_LEADS = {"the", "next", "this"}     # "the ninth", "next tuesday", "this coming friday"
+_DAY_VOCAB = (_DAYS | _MONTHS | {m[:3] for m in MONTHS} | set(_UNITS) | set(_ORDINALS)
+              | {"the", "of", "next", "this", "coming", "today", "tomorrow", "day", "after"})
+_TIME_VOCAB = {"am", "pm", "a", "m", "p", "in", "the", "morning", "afternoon", "evening", "o'clock", "oclock",
+               "sharp", "half", "quarter", "past", "to", "oh", "noon", "midday", "twelve"}
+
+
+def _is_ordinal(w: str) -> bool:
+    return w in _ORDINALS or bool(_ORDINAL.fullmatch(w))
+
+
+def _is_number(w: str) -> bool:
+    return w in _UNITS or bool(re.fullmatch(r"\d{1,2}(:\d{2})?(am|pm)?", w))
+
+
+def is_day_phrase(words: list[str], today: dt.date) -> bool:
+    if not (set(words) & (_DAYS | _MONTHS | {"today", "tomorrow"}) or any(_is_ordinal(w) for w in words)):
+        return False
+    # Every word must belong to a day (the parser skips words it does not know).
+    if not all(w in _DAY_VOCAB or _is_ordinal(w) or re.fullmatch(r"\d{1,2}", w) for w in words):
+        return False
+    try:
+        parse_day(" ".join(words), today)
+    except ValueError:
+        return False
+    return True
+
+
+def is_time_phrase(words: list[str], before: str = "") -> bool:
+    text = " ".join(words)
+    if set(words) & (_DAYS | _MONTHS | {"today", "tomorrow"}) or any(_is_ordinal(w) for w in words):
+        return False
+    if not (any(_is_number(w) for w in words) or text in ("noon", "midday")):
+        return False
+    if not all(w in _TIME_VOCAB or _is_number(w) for w in words):  # the parser skips words it does not know
+        return False
+    if before in _MONTHS or before == "the":  # "december 10", "the 9": a day of the month
+        return False
+    try:
+        parse_time(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _maximal_spans(text: str, ok: Callable[[list[str], str], bool], leads: set[str]) -> tuple[list[tuple[int, int]], list[str]]:
+    words = _WORD.findall(text.lower().replace("’", "'"))
+    spans = []
+    for i in range(len(words)):
+        if words[i] in _GLUE and words[i] not in leads:
+            continue
+        for j in range(min(len(words), i + MAX_WORDS), i, -1):
+            if words[j - 1] in _GLUE:
+                continue
+            if ok(words[i:j], words[i - 1] if i else ""):
+                spans.append((i, j))
+                break
+    spans = [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
+    return spans, words
+
+
+def phrases_in(text: str, kind: str, today: dt.date) -> list[str]:
+    """The maximal phrases of `kind` ("day" or "time") in `text`, in order."""
+    if kind == "day":
+        spans, words = _maximal_spans(text, lambda w, _b: is_day_phrase(w, today), _DAY_LEADS)
+    elif kind == "time":
+        spans, words = _maximal_spans(text, is_time_phrase, set())
+    else:
+        return []
+    return [" ".join(words[i:j]) for i, j in spans]
+
+
+def value_of(phrase: str, kind: str, today: dt.date) -> object:
+    return parse_day(phrase, today) if kind == "day" else parse_time(phrase)
+
+
+def is_phrase(value: str, kind: str, today: dt.date) -> bool:
+    """`value` as a whole is a phrase of `kind` (kinds without a finder: always)."""
+    if kind not in PHRASE_KINDS:
+        return True
+    if kind == "day" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):  # a date a tool result gave
+        try:
+            return bool(parse_day(value, today))
+        except ValueError:
+            return False
+    words = _WORD.findall(value.lower().replace("’", "'"))
+    return bool(words) and (is_day_phrase(words, today) if kind == "day" else is_time_phrase(words))
+
+
+def latest_said(kind: str, user_turns: list[str], today: dt.date) -> str | None:
+    """The one phrase of `kind` in the newest of `user_turns` that names any; None when none does or
+    it names two different values."""
+    for text in reversed(user_turns):
+        found = phrases_in(text, kind, today)
+        if not found:
+            continue
+        values = set()
+        for p in found:
+            try:
+                values.add(value_of(p, kind, today))
+            except ValueError:
+                return None
+        return max(found, key=len) if len(values) == 1 else None
+    return None
+
+
+PHRASE_KINDS = ("day", "time")
+
+__all__ = ["PHRASE_KINDS", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "phrases_in", "value_of"]
