@@ -87,3 +87,32 @@ def test_a_caller_who_gives_the_name_first_is_never_asked_for_it(corpus):
     calls = [(r, n) for r, n in named if r["act"] in ("cancel_appointment", "lookup_patient", "book_appointment",
                                                       "move_appointment")]
     assert calls and all(n.lower() in r["target"].lower() for r, n in calls)
+
+
+def test_the_name_question_names_the_intent_and_the_next_act_follows_it(tmp_path):
+    """A caller who asked to cancel (move, look up) is asked for the name in that tool's words, so the
+    act after the name is found in the agent's own last words, not three turns back."""
+    import random
+
+    from voice_agent.dialogues import lexicon
+    from voice_agent.dialogues.policy import ASK, ask_name
+    from voice_agent.scenarios import load_scenario
+
+    assert len({ask_name("cancel"), ask_name("move"), ask_name("lookup"), ASK["name"]}) == 4
+    assert ask_name("book") == ASK["name"]
+    rng, scenario = random.Random(5), load_scenario("dental_receptionist")
+    names = lexicon.split_names(random.Random(0))["train"]
+    after: dict[str, list[dict]] = {"cancel": [], "move": [], "lookup": []}
+    for _ in range(400):
+        call = gen.play(gen.plan_call(rng, names, "train"), scenario, rng, 0.0, tmp_path)
+        for intent, recs in after.items():
+            # the agent's message before the caller's last one is that intent's question
+            recs += [r for r in call.records
+                     if r["prompt"].split("<|im_start|>")[-3] == f"assistant\n{ask_name(intent)}<|im_end|>\n"]
+        if all(len(v) >= 2 for v in after.values()):
+            break
+    assert all(after.values()), {k: len(v) for k, v in after.items()}
+    assert {r["act"] for r in after["cancel"]} == {"cancel_appointment"}
+    assert {r["act"] for r in after["lookup"]} == {"lookup_patient"}
+    # a move still needs the new day and time (or has them all, and moves)
+    assert all(r["act"] == "move_appointment" or "instead" in r["target"] for r in after["move"])
