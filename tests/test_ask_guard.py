@@ -160,3 +160,12 @@ def test_a_tool_can_ask_in_its_own_words_and_the_ask_block_checks_them():
                        ("cancel_appointment.time", "cancel_appointment has no argument 'time'")):
         with pytest.raises(ScenarioError, match=error):
             parse_scenario({"name": "x", "system_prompt": "hi", "tools": SCENARIO.tools, "ask": {key: "Sorry?"}})
+
+
+def test_a_grounded_mark_must_be_true_or_a_known_kind_of_phrase():
+    tool = {"name": "book", "parameters": {"type": "object", "properties": {"date": {"type": "string",
+                                                                                  "x-grounded": "dya"}}}}
+    with pytest.raises(ScenarioError, match=r"book\)\.date: x-grounded must be true or one of day, time; got 'dya'"):
+        parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]})
+    tool["parameters"]["properties"]["date"]["x-grounded"] = "day"
+    assert parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]}).tools[0]["function"]["name"] == "book"

@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
+from engine.grounding import GROUNDED_KEY
 from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
+from voice_agent.said_phrases import PHRASE_KINDS
 
 _TODAY_RE = re.compile(r"\nToday is \w+, (\d{4}-\d{2}-\d{2})\.")
 
@@ -190,6 +192,11 @@ def _parse_tools(tools: Any, where: str) -> list[dict]:
             raise ScenarioError(f"{where}: tools[{i}] ({t['name']}): 'parameters' must be an object schema")
         params = {"type": "object", "properties": params.get("properties") or {}, **{
             k: v for k, v in params.items() if k not in ("type", "properties")}}
+        for key, spec in params["properties"].items():
+            mark = spec.get(GROUNDED_KEY) if isinstance(spec, dict) else None
+            if mark is not None and mark is not True and mark not in PHRASE_KINDS:
+                raise ScenarioError(f"{where}: tools[{i}] ({t['name']}).{key}: {GROUNDED_KEY} must be true or one "
+                                    f"of {', '.join(PHRASE_KINDS)}; got {mark!r}")
         out.append({"type": "function", "function": {
             "name": t["name"], "description": t.get("description") or "", "parameters": params}})
     return out
