@@ -1,8 +1,8 @@
 """Grounded tool arguments: a value that copies the conversation is mended to what was said.
 
-A tool schema marks a string property `"x-grounded": true` (or a kind of phrase, `"x-grounded": "time"`)
-when its value is a copy of words in the conversation: the caller's name, the day and time in the caller's own words, or a date or time
-that a tool result gave back. A small model copies such spans well but not perfectly: measured on
+A tool schema marks a string property `"x-grounded": true` (or a kind of phrase, `"x-grounded":
+"time"`) when its value is a copy of words in the conversation: the caller's name, the day and time
+in the caller's own words, or a date or time that a tool result gave back. A small model copies such spans well but not perfectly: measured on
 60 held-out calls (default adapter v7), it wrote "adebayo dango" for "adebayo dang", "folak Maalouf"
 for "Folake Maalouf" and "thisonday" for "this monday", and each slip lost the call.
 
@@ -151,5 +151,5 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
     return repairs
 
 
-__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "WORD_RE", "Repair", "SAME_SURNAME_SIMILARITY", "ground_calls", "grounded_arguments", "grounded_keys",
-           "grounded_kinds", "nearest_span", "source_texts"]
+__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "SAME_SURNAME_SIMILARITY", "WORD_RE", "Repair", "ground_calls",
+           "grounded_arguments", "grounded_keys", "grounded_kinds", "nearest_span", "source_texts"]

@@ -29,10 +29,14 @@ _ORDINAL = re.compile(r"\d{1,2}(st|nd|rd|th)")
 _GLUE = {"at", "on", "the", "of", "in", "um", "uh", "like", "so", "please", "around", "about", "for", "or",
          "maybe", "and", "a"}
 _DAY_LEADS = {"the", "next", "this"}     # "the ninth", "next tuesday", "this coming friday"
-_DAY_VOCAB = (_DAYS | _MONTHS | {m[:3] for m in MONTHS} | set(_UNITS) | set(_ORDINALS)
-              | {"the", "of", "next", "this", "coming", "today", "tomorrow", "day", "after"})
+_DAY_NAMES = _DAYS | _MONTHS | {"today", "tomorrow"}
+_DAY_VOCAB = _DAY_NAMES | set(_UNITS) | set(_ORDINALS) | {"the", "of", "next", "this", "coming", "day", "after"}
 _TIME_VOCAB = {"am", "pm", "a", "m", "p", "in", "the", "morning", "afternoon", "evening", "o'clock", "oclock",
-               "sharp", "half", "quarter", "past", "to", "oh", "noon", "midday", "twelve"}
+               "sharp", "half", "quarter", "past", "to", "oh", "noon", "midday"}
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("’", "'"))
 
 
 def _is_ordinal(w: str) -> bool:
@@ -43,8 +47,12 @@ def _is_number(w: str) -> bool:
     return w in _UNITS or bool(re.fullmatch(r"\d{1,2}(:\d{2})?(am|pm)?", w))
 
 
+def _names_a_day(words: list[str]) -> bool:
+    return bool(set(words) & _DAY_NAMES) or any(_is_ordinal(w) for w in words)
+
+
 def is_day_phrase(words: list[str], today: dt.date) -> bool:
-    if not (set(words) & (_DAYS | _MONTHS | {"today", "tomorrow"}) or any(_is_ordinal(w) for w in words)):
+    if not _names_a_day(words):
         return False
     # Every word must belong to a day (the parser skips words it does not know).
     if not all(w in _DAY_VOCAB or _is_ordinal(w) or re.fullmatch(r"\d{1,2}", w) for w in words):
@@ -58,7 +66,7 @@ def is_day_phrase(words: list[str], today: dt.date) -> bool:
 
 def is_time_phrase(words: list[str], before: str = "") -> bool:
     text = " ".join(words)
-    if set(words) & (_DAYS | _MONTHS | {"today", "tomorrow"}) or any(_is_ordinal(w) for w in words):
+    if _names_a_day(words):
         return False
     if not (any(_is_number(w) for w in words) or text in ("noon", "midday")):
         return False
@@ -74,7 +82,7 @@ def is_time_phrase(words: list[str], before: str = "") -> bool:
 
 
 def _maximal_spans(text: str, ok: Callable[[list[str], str], bool], leads: set[str]) -> tuple[list[tuple[int, int]], list[str]]:
-    words = _WORD.findall(text.lower().replace("’", "'"))
+    words = _words(text)
     spans = []
     for i in range(len(words)):
         if words[i] in _GLUE and words[i] not in leads:
@@ -113,7 +121,7 @@ def is_phrase(value: str, kind: str, today: dt.date) -> bool:
             return bool(parse_day(value, today))
         except ValueError:
             return False
-    words = _WORD.findall(value.lower().replace("’", "'"))
+    words = _words(value)
     return bool(words) and (is_day_phrase(words, today) if kind == "day" else is_time_phrase(words))
 
 

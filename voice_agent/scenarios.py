@@ -160,8 +160,8 @@ def _parse_ask(ask: Any, tools: list[dict], where: str) -> dict[str, str]:
         tool, _, arg = str(key).rpartition(".")
         if tool and tool not in props:
             raise ScenarioError(f"{where}: ask.{key}: no tool named {tool!r}; known: {', '.join(sorted(props))}")
-        if arg not in (props[tool] if tool else args):
-            known = props[tool] if tool else args
+        known = props[tool] if tool else args
+        if arg not in known:
             what = f"{tool} has no argument {arg!r}" if tool else f"no tool has an argument {arg!r}"
             raise ScenarioError(f"{where}: ask.{key}: {what}; known: {', '.join(sorted(known))}")
         if not isinstance(question, str) or not question.strip():

@@ -90,7 +90,7 @@ def next_action(s: State) -> Act:
     if s.intent in ("cancel", "lookup") and not s.done:
         if s.name is None:
             return Act("say", text=ask_name(s.intent), note=s.note("ask name"))
-        tool = "cancel_appointment" if s.intent == "cancel" else "lookup_patient"
+        tool = INTENT_TOOL[s.intent]
         return Act("call", tool=tool, args={"patient_name": s.name}, note=s.note(tool))
     if s.intent == "move" and not s.done:
         if s.name is None:
