@@ -133,12 +133,14 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
     """Mend the grounded arguments of OpenAI-shaped `calls` in place; return what was changed."""
     sources: list[str] | None = None
     repairs: list[Repair] = []
+    by_name = {t["function"]["name"]: t for t in tools or []}
     for fn, args, keys in grounded_arguments(calls, tools):
         changed = False
+        props = by_name[fn["name"]]["function"]["parameters"]["properties"]
         for key in keys:
             value = args.get(key)
-            if not isinstance(value, str) or not value.strip():
-                continue
+            if not isinstance(value, str) or not value.strip() or value in (props[key].get("enum") or ()):
+                continue  # an enum value is a choice, not a copy ("checkup" is no misspelt "check")
             if sources is None:
                 sources = source_texts(messages)
             span = nearest_span(value, sources, SAME_SURNAME_SIMILARITY if keys[key] == "text" else None)

@@ -127,6 +127,38 @@ def test_a_mangled_day_or_time_takes_the_callers_own_phrase_instead_of_asking_fo
     assert _args(free[0])["date"] == "tomorrow"
 
 
+def test_the_service_is_what_the_callers_latest_words_chose():
+    # held-out gen_001: "i was hoping to book a clean" was booked as a checkup
+    msgs = _turn("good morning i was hoping to book a clean let's say tuesday the eighth",
+                 "make it ten am it's for igor fitzgerald")
+    calls = [_book(patient_name="igor fitzgerald", date="tuesday the eighth", time="ten am", service="checkup")]
+    mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
+    assert unsaid is None and _args(calls[0])["service"] == "cleaning"
+    assert [(m.argument, m.written, m.said) for m in mended] == [("service", "checkup", "cleaning")]
+    # the same service in other words, or a caller who named none, leaves the model's choice alone
+    for service, lines in (("cleaning", ("a hygiene visit on friday at ten", "it's ana silva")),
+                           ("filling", ("friday at ten please", "it's ana silva"))):
+        calls = [_book(patient_name="ana silva", date="friday", time="ten", service=service)]
+        assert check_calls(calls, SCENARIO.tools, _turn(*lines), SCENARIO.ask) == ([], None)
+        assert _args(calls[0])["service"] == service
+    # a caller who changes their mind: the latest words win
+    calls = [_book(patient_name="ana silva", date="friday", time="ten", service="cleaning")]
+    msgs = _turn("a cleaning on friday at ten for ana silva", "actually make it whitening")
+    assert check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1] is None
+    assert _args(calls[0])["service"] == "whitening"
+
+
+def test_a_copied_name_loses_the_callers_hesitations():
+    # held-out gen_038: "the name is karin um das" was booked as "Karin Um Das", a patient nobody is
+    msgs = _turn("i'm calling to set up an appointment the name is karin um das", "whitening on thursday at noon")
+    calls = [_book(patient_name="karin um das", date="thursday", time="noon", service="whitening")]
+    mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
+    assert unsaid is None and _args(calls[0])["patient_name"] == "karin das"
+    assert [(m.argument, m.written, m.said) for m in mended] == [("patient_name", "karin um das", "karin das")]
+    calls = [_book(patient_name="um", date="thursday", time="noon")]  # nothing but a hesitation: asked about
+    assert check_calls(calls, SCENARIO.tools, _turn("um", "thursday at noon"), SCENARIO.ask)[1] is not None
+
+
 def test_two_different_times_or_none_at_all_are_still_asked_about():
     calls = [{"id": "c", "type": "function", "function": {"name": "move_appointment", "arguments": json.dumps(
         {"patient_name": "amara okafor", "new_date": "wednesday", "new_time": "one"})}}]
@@ -165,7 +197,7 @@ def test_a_tool_can_ask_in_its_own_words_and_the_ask_block_checks_them():
 def test_a_grounded_mark_must_be_true_or_a_known_kind_of_phrase():
     tool = {"name": "book", "parameters": {"type": "object", "properties": {"date": {"type": "string",
                                                                                   "x-grounded": "dya"}}}}
-    with pytest.raises(ScenarioError, match=r"book\)\.date: x-grounded must be true or one of day, time; got 'dya'"):
+    with pytest.raises(ScenarioError, match=r"book\)\.date: x-grounded must be true or one of day, time, service; got 'dya'"):
         parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]})
     tool["parameters"]["properties"]["date"]["x-grounded"] = "day"
     assert parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]}).tools[0]["function"]["name"] == "book"

@@ -45,3 +45,30 @@ def test_the_newest_turn_that_names_one_decides_and_two_different_ones_decide_no
 ])
 def test_a_value_is_a_phrase_of_its_kind_or_not(value, kind, ok):
     assert is_phrase(value, kind, TODAY) is ok
+
+
+@pytest.mark.parametrize(("text", "services", "latest"), [
+    ("good morning i was hoping to book a clean let's say tuesday the eighth", ["clean"], "clean"),
+    ("a like cavity looked at please", ["cavity"], "cavity"),
+    ("I'm looking to get a hygiene visit done make it twelve pm", ["hygiene"], "hygiene"),
+    ("can you check thursday for me", [], None),           # "check" is a verb here, not a checkup
+    ("a check-up and a cleaning", ["check up", "cleaning"], None),  # two services: the caller decides
+    ("It's for Fatima Honeycutt.", [], None),
+])
+def test_services_are_found_by_the_clinics_own_words(text, services, latest):
+    assert phrases_in(text, "service", TODAY) == services
+    assert latest_said("service", [text], TODAY) == latest
+
+
+def test_a_service_argument_takes_the_services_own_name():
+    from voice_agent.said_phrases import as_argument, value_of
+    assert as_argument("a clean", "service", TODAY) == "cleaning"
+    assert value_of("hygiene", "service", TODAY) == value_of("cleaning", "service", TODAY) == "cleaning"
+    assert as_argument("half past one", "time", TODAY) == "half past one"  # days and times stay the caller's words
+    assert is_phrase("checkup", "service", TODAY) and not is_phrase("monday", "service", TODAY)
+
+
+def test_an_iso_date_is_no_time():
+    # a date a tool result gave back, repeated by the caller: its "12" is no twelve o'clock
+    assert phrases_in("please book me in on 2026-12-08 the name is jordan lee", "time", TODAY) == []
+    assert phrases_in("on 2026-12-08 at 10:30", "time", TODAY) == ["10:30"]

@@ -100,7 +100,8 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     llm = EngineLLMService(
         brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
         max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(*backends),
-        filler=scenario.filler, filler_after_s=options.filler_after_s, ask_for=scenario.ask)
+        filler=scenario.filler, filler_after_s=options.filler_after_s, ask_for=scenario.ask,
+        instead_of=scenario.instead)
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir,
                    first_clause_words=options.first_clause_words)
 

@@ -1,4 +1,4 @@
-"""Which words of the caller name a day or a time: the phrases a typed tool argument may copy.
+"""Which words of the caller name a day, a time or a service: the phrases a typed tool argument takes.
 
 A tool argument marked `x-grounded: day` or `x-grounded: time` (prompts/*.yaml) must be the caller's
 own phrase for a day or a time. Adapter v7 often made the right call with a mangled copy: "1:00" or
@@ -10,6 +10,10 @@ exactly one, and asks only when they name none or two different ones ("eleven, n
 A phrase is a run of words that `clinic_words` parses, with a marker of its kind: a weekday, month,
 ordinal, "today" or "tomorrow" for a day; a bare number, a clock time, am/pm, "o'clock", "half past"
 or "noon" for a time, and no ordinal, weekday or month (so "the 9th" is a day, not nine o'clock).
+
+A service (`x-grounded: service`) is a choice from the tool's enum, not a copy: v7 booked "a clean"
+as a checkup. The caller's latest words that name one service (clinic_words.SERVICE_WORDS, "a
+clean", "hygiene visit", "cavity") decide it; the argument takes the service's own name.
 """
 
 from __future__ import annotations
@@ -18,10 +22,19 @@ import datetime as dt
 import re
 from collections.abc import Callable
 
-from voice_agent.clinic_words import _ORDINALS, _UNITS, MONTHS, WEEKDAYS, parse_day, parse_time
+from voice_agent.clinic_words import (
+    _ORDINALS,
+    _UNITS,
+    MONTHS,
+    SERVICE_WORDS,
+    WEEKDAYS,
+    parse_day,
+    parse_service,
+    parse_time,
+)
 
 MAX_WORDS = 5
-_WORD = re.compile(r"[a-z0-9:']+")
+_WORD = re.compile(r"\d{4}-\d{2}-\d{2}|[a-z0-9:']+")  # an ISO date is one word: its "12" is no time
 _MONTHS = set(MONTHS) | {m[:3] for m in MONTHS}
 _DAYS = set(WEEKDAYS) | {d + "s" for d in WEEKDAYS}
 _ORDINAL = re.compile(r"\d{1,2}(st|nd|rd|th)")
@@ -31,6 +44,9 @@ _GLUE = {"at", "on", "the", "of", "in", "um", "uh", "like", "so", "please", "aro
 _DAY_LEADS = {"the", "next", "this"}     # "the ninth", "next tuesday", "this coming friday"
 _DAY_NAMES = _DAYS | _MONTHS | {"today", "tomorrow"}
 _DAY_VOCAB = _DAY_NAMES | set(_UNITS) | set(_ORDINALS) | {"the", "of", "next", "this", "coming", "day", "after"}
+# "check" is left out: "can you check thursday" names no service.
+_SERVICE_PHRASES = sorted((w for words in SERVICE_WORDS.values() for w in words if w != "check"), key=len, reverse=True)
+_SERVICE_RE = re.compile(r"\b(" + "|".join(re.escape(w) for w in _SERVICE_PHRASES) + r")\b")
 _TIME_VOCAB = {"am", "pm", "a", "m", "p", "in", "the", "morning", "afternoon", "evening", "o'clock", "oclock",
                "sharp", "half", "quarter", "past", "to", "oh", "noon", "midday"}
 
@@ -103,13 +119,23 @@ def phrases_in(text: str, kind: str, today: dt.date) -> list[str]:
         spans, words = _maximal_spans(text, lambda w, _b: is_day_phrase(w, today), _DAY_LEADS)
     elif kind == "time":
         spans, words = _maximal_spans(text, is_time_phrase, set())
+    elif kind == "service":
+        return _SERVICE_RE.findall(" ".join(_words(text.replace("-", " "))))
     else:
         return []
     return [" ".join(words[i:j]) for i, j in spans]
 
 
 def value_of(phrase: str, kind: str, today: dt.date) -> object:
+    if kind == "service":
+        return parse_service(phrase)
     return parse_day(phrase, today) if kind == "day" else parse_time(phrase)
+
+
+def as_argument(phrase: str, kind: str, today: dt.date) -> str:
+    """What a typed argument takes for the caller's `phrase`: the words themselves for a day or a time
+    (the tools resolve them), the service's own name for a service (an enum)."""
+    return str(value_of(phrase, kind, today)) if kind == "service" else phrase
 
 
 def is_phrase(value: str, kind: str, today: dt.date) -> bool:
@@ -119,6 +145,11 @@ def is_phrase(value: str, kind: str, today: dt.date) -> bool:
     if kind == "day" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):  # a date a tool result gave
         try:
             return bool(parse_day(value, today))
+        except ValueError:
+            return False
+    if kind == "service":
+        try:
+            return bool(parse_service(value))
         except ValueError:
             return False
     words = _words(value)
@@ -142,6 +173,7 @@ def latest_said(kind: str, user_turns: list[str], today: dt.date) -> str | None:
     return None
 
 
-PHRASE_KINDS = ("day", "time")
+PHRASE_KINDS = ("day", "time", "service")
+CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
 
-__all__ = ["PHRASE_KINDS", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "phrases_in", "value_of"]
+__all__ = ["CHOSEN_KINDS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "phrases_in", "value_of"]

@@ -44,6 +44,9 @@ class Scenario:
     extra: dict = field(default_factory=dict)
     # argument -> what to ask when a call's value for it was never said (voice_agent/brain/ask_guard.py)
     ask: dict[str, str] = field(default_factory=dict)
+    # tool -> {when_said: kind, call: other tool}: such a call made while the caller's latest words name
+    # a phrase of that kind is made as the other tool (voice_agent/brain/tool_choice.py)
+    instead: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def tool_names(self) -> list[str]:
@@ -131,7 +134,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
     for key in ("greeting", "filler", "description"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
-    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask"}
+    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead"}
     tools = _parse_tools(data.get("tools") or [], where)
     return Scenario(
         name=name,
@@ -144,6 +147,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         source=source,
         extra={k: v for k, v in data.items() if k not in known},
         ask=_parse_ask(data.get("ask"), tools, where),
+        instead=_parse_instead(data.get("instead"), tools, where),
     )
 
 
@@ -167,6 +171,30 @@ def _parse_ask(ask: Any, tools: list[dict], where: str) -> dict[str, str]:
         if not isinstance(question, str) or not question.strip():
             raise ScenarioError(f"{where}: ask.{key} must be a non-empty question")
     return {str(k): str(v) for k, v in ask.items()}
+
+
+def _parse_instead(instead: Any, tools: list[dict], where: str) -> dict[str, dict[str, str]]:
+    """`tool: {when_said: kind, call: other}`; `other` must take a grounded argument of that kind."""
+    if instead is None:
+        return {}
+    if not isinstance(instead, dict):
+        raise ScenarioError(f"{where}: 'instead' must map a tool name to {{when_said: kind, call: tool}}")
+    props = {t["function"]["name"]: t["function"]["parameters"].get("properties") or {} for t in tools}
+    out = {}
+    for tool, rule in instead.items():
+        if tool not in props:
+            raise ScenarioError(f"{where}: instead.{tool}: no tool named {tool!r}; known: {', '.join(sorted(props))}")
+        if not isinstance(rule, dict) or set(rule) != {"when_said", "call"}:
+            raise ScenarioError(f"{where}: instead.{tool} must be {{when_said: kind, call: tool}}")
+        kind, other = rule["when_said"], rule["call"]
+        if kind not in PHRASE_KINDS:
+            raise ScenarioError(f"{where}: instead.{tool}.when_said must be one of {', '.join(PHRASE_KINDS)}; got {kind!r}")
+        if other not in props or other == tool:
+            raise ScenarioError(f"{where}: instead.{tool}.call: no other tool named {other!r}")
+        if not any(isinstance(spec, dict) and spec.get(GROUNDED_KEY) == kind for spec in props[other].values()):
+            raise ScenarioError(f"{where}: instead.{tool}.call: {other} takes no argument marked {GROUNDED_KEY}: {kind}")
+        out[str(tool)] = {"when_said": str(kind), "call": str(other)}
+    return out
 
 
 def ask_question(ask: dict[str, str], tool: str, argument: str) -> str | None:

@@ -12,12 +12,15 @@ spoken instead and the call does not run.
 A typed argument (`x-grounded: day` or `time`) must also be a phrase of its kind. One that is not, or
 that nobody said ("1:00" for "half past one"), first takes the caller's own phrase of that kind from
 their latest words that name one (voice_agent/said_phrases.py); only when there is none, or two
-different ones, is the question asked.
+different ones, is the question asked. A service (`x-grounded: service`) is a choice from an enum,
+not a copy: when the caller's latest words that name a service name another one, theirs is taken.
+A copied name loses the hesitations ASR wrote into it ("karin um das").
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 from dataclasses import dataclass, replace
 
@@ -25,9 +28,11 @@ from loguru import logger
 
 from engine.grounding import WORD_RE, grounded_arguments, nearest_span, source_texts
 from voice_agent.brain.types import TurnEvent, TurnResult
-from voice_agent.said_phrases import PHRASE_KINDS, is_phrase, latest_said
+from voice_agent.said_phrases import CHOSEN_KINDS, PHRASE_KINDS, as_argument, is_phrase, latest_said, value_of
 from voice_agent.scenarios import ask_question, today_of
 
+# Hesitations ASR writes down, never part of a name: "karin um das" was booked as "Karin Um Das".
+FILLERS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "uhm", "hmm"})
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
 
@@ -69,12 +74,23 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
             if key not in args or (question is None and kind not in PHRASE_KINDS):
                 continue
             value = args[key]
-            if isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today):
+            if kind == "text" and isinstance(value, str) and (fluent := _without_fillers(value)) != value:
+                mended.append(Mended(fn["name"], key, value, fluent))
+                args[key] = value = fluent
+                changed = True
+            if kind in CHOSEN_KINDS:  # a choice, not a copy: what the caller's latest words chose wins
+                said = latest_said(kind, users, today)
+                if said is None or _same(value, said, kind, today):
+                    continue
+            elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
+                  and not (kind == "text" and _only_fillers(value))):
                 continue
-            said = latest_said(kind, users, today) if kind in PHRASE_KINDS else None
+            else:
+                said = latest_said(kind, users, today) if kind in PHRASE_KINDS else None
             if said is not None:
-                mended.append(Mended(fn["name"], key, str(value), said))
-                args[key], changed = said, True
+                taken = as_argument(said, kind, today)
+                mended.append(Mended(fn["name"], key, str(value), taken))
+                args[key], changed = taken, True
             elif question is not None:
                 return mended, Unsaid(fn["name"], key, str(value), question)
         if changed:
@@ -108,10 +124,30 @@ def ask_instead(result: TurnResult, tools: list[dict] | None, messages: list[dic
     return [TurnEvent("answer", unsaid.question), TurnEvent("done", result=asked)]
 
 
+def _without_fillers(value: str) -> str:
+    """A copied name without the caller's hesitations ("karin um das" -> "karin das"); unchanged when
+    nothing else is left."""
+    words = value.split()
+    kept = [w for w in words if w.lower().strip(",.") not in FILLERS]
+    return " ".join(kept) if kept and len(kept) < len(words) else value
+
+
+def _only_fillers(value: str) -> bool:
+    return all(w.lower().strip(",.") in FILLERS for w in value.split())
+
+
+def _same(value: object, said: str, kind: str, today: dt.date) -> bool:
+    """`value` means what the caller's phrase `said` means."""
+    try:
+        return isinstance(value, str) and value_of(value, kind, today) == value_of(said, kind, today)
+    except ValueError:
+        return False
+
+
 def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
     """A span of what was said (engine/grounding.py's rule), or its words in another order."""
     words = {w.lower() for w in WORD_RE.findall(value)} - LINK_WORDS
     return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
 
 
-__all__ = ["LINK_WORDS", "Mended", "Unsaid", "ask_instead", "check_calls", "unsaid_argument"]
+__all__ = ["FILLERS", "LINK_WORDS", "Mended", "Unsaid", "ask_instead", "check_calls", "unsaid_argument"]

@@ -19,11 +19,13 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from loguru import logger
 
 from voice_agent.brain.ask_guard import ask_instead
+from voice_agent.brain.tool_choice import carried_tool, instead_tool, named
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent
 
@@ -38,6 +40,9 @@ class Brain(ABC):
         # The scenario's `ask` block (argument -> question): a call whose grounded argument nobody
         # said becomes that question (voice_agent/brain/ask_guard.py), for every framework alike.
         self.ask_for: dict[str, str] = {}
+        # The scenario's `instead` block: a call that leaves out what the caller just said is made as
+        # the tool that takes it (voice_agent/brain/tool_choice.py).
+        self.instead_of: dict[str, dict[str, str]] = {}
 
     @property
     @abstractmethod
@@ -49,17 +54,29 @@ class Brain(ABC):
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
+        carried = None
+        if params.get("tools") and params.get("tool_choice") in (None, "auto"):
+            carried = carried_tool(msgs, params["tools"], self.ask_for)
+            if carried is not None:
+                logger.info(f"the conversation carries tool_choice {carried!r} (brain/tool_choice.py)")
+                params = {**params, "tool_choice": carried if carried == "required" else named(carried)}
         while True:
             started = answered = False
             try:
+                instead = None
                 async with contextlib.aclosing(self._attempt(msgs, params)) as events:
                     async for ev in events:
                         started = True
                         answered = answered or (ev.type == "answer" and bool(ev.text.strip()))
                         if ev.type == "done" and ev.result is not None and not answered:
-                            for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
-                                yield asked
+                            instead = instead_tool(ev.result.tool_calls, msgs, self.instead_of)
+                            if instead is None:
+                                for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
+                                    yield _noted(asked, carried=carried)
                             continue
+                        yield ev
+                if instead is not None:
+                    async for ev in self._made_instead(msgs, params, instead):
                         yield ev
                 return
             except BrainError as e:
@@ -69,6 +86,18 @@ class Brain(ABC):
                 logger.warning(f"{self.model_name}: {e.message}; dropping the oldest turn "
                                f"({len(msgs)} -> {len(shorter)} messages)")
                 msgs = shorter
+
+    async def _made_instead(self, msgs: list[dict], params: dict, tool: str) -> AsyncIterator[TurnEvent]:
+        """The turn again, with `tool` named (tool_choice.py's `instead` rule), through the ask guard."""
+        logger.info(f"the caller's latest words fit {tool}: this turn calls {tool} instead")
+        forced = {**params, "tool_choice": named(tool)}
+        async with contextlib.aclosing(self._attempt(msgs, forced)) as events:
+            async for ev in events:
+                if ev.type == "done" and ev.result is not None:
+                    for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
+                        yield _noted(asked, instead=tool)
+                    continue
+                yield ev
 
     def warm(self, messages: list[dict], **params: Any) -> None:  # noqa: B027 - a remote server keeps its own prefix cache
         """Start prefilling the call's fixed prefix (system prompt + tools) in the background, e.g.
@@ -91,3 +120,11 @@ class Brain(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - most brains hold nothing to release
         """Release what the brain holds (connections)."""
+
+
+def _noted(ev: TurnEvent, **chosen: str | None) -> TurnEvent:
+    """`ev`, its result's metrics recording which tool the turn was made to call (`tool_choice`)."""
+    chosen = {k: v for k, v in chosen.items() if v}
+    if ev.type != "done" or ev.result is None or not chosen:
+        return ev
+    return replace(ev, result=replace(ev.result, metrics={**ev.result.metrics, "tool_choice": chosen}))

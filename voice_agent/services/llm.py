@@ -88,11 +88,13 @@ class EngineLLMService(LLMService):
                  temperature: float = _DEFAULTS.temperature, tools: dict[str, ToolFn] | None = None,
                  filler: str = "", filler_after_s: float = _DEFAULTS.filler_after_s,
                  apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
-                 ask_for: dict[str, str] | None = None, **kwargs: Any) -> None:
+                 ask_for: dict[str, str] | None = None, instead_of: dict[str, dict[str, str]] | None = None,
+                 **kwargs: Any) -> None:
         """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
         with `session` or a fresh one). `ask_for`: the scenario's `ask` block (argument -> question):
         a call whose grounded argument nobody said is replaced by that question
-        (voice_agent/brain/ask_guard.py)."""
+        (voice_agent/brain/ask_guard.py). `instead_of`: the scenario's `instead` block (a call that
+        leaves out what the caller just said is made as the tool that takes it: brain/tool_choice.py)."""
         _check_effort(reasoning_effort)
         self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
@@ -106,6 +108,8 @@ class EngineLLMService(LLMService):
         self.max_tool_rounds = max_tool_rounds
         if ask_for:
             self.brain.ask_for = dict(ask_for)
+        if instead_of:
+            self.brain.instead_of = dict(instead_of)
         self.last_metrics: dict | None = None
         self.turn_metrics: list[dict] = []
         self.last_reasoning = ""

@@ -1,0 +1,120 @@
+"""Which tool a turn must call, when the call's own words have already decided it.
+
+The model picks the tool and the guards check its arguments (ask_guard.py). Two slips of adapter v7
+lost calls after the caller had said everything needed, and the conversation itself says which tool
+was due; the engine is then asked for that tool by name (OpenAI's `tool_choice`), and the model still
+writes the arguments, which the ask guard checks as always:
+
+- **A call that leaves out what the caller just said** (the scenario's `instead` block). "A filling on
+  the 11th, make it two thirty pm": v7 searched the morning's free times, read out 9 to 10 am and
+  booked one of them or nothing. The dialogue policy the model was trained on never searches once
+  the time is known; it books. So a `find_free_slots` call made while the caller's latest words name
+  a time is made again as `book_appointment`.
+- **The agent's question carries the intent.** After "Sure, I can cancel that. Can I have your full
+  name, please?" (`ask: cancel_appointment.patient_name`) the caller's answer is for that tool, when
+  the question asked for its only required argument; a tool that needs more (moving needs the new
+  day and time) is left to the model. After the plain "Can I have your full name, please?" the
+  answer is for *some* tool (`tool_choice: required`, the model picks which): the training policy
+  asks the name last, right before the call. v7 answered a name given to either question with "What
+  day and you want instead?" (held-out gen_003, gen_008, gen_039).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from engine.grounding import GROUNDED_KEY
+from voice_agent.said_phrases import phrases_in
+from voice_agent.scenarios import today_of
+
+
+def named(tool: str) -> dict:
+    """OpenAI's tool_choice for one function."""
+    return {"type": "function", "function": {"name": tool}}
+
+
+def carried_tool(messages: list[dict], tools: list[dict] | None, ask: dict[str, str]) -> str | None:
+    """The tool_choice the agent's question just before the caller's latest words carries: the name
+    of the tool whose own question (`ask: tool.argument`) it was, when that argument is the tool's
+    only required one; "required" after the plain question for a free-text argument that every tool
+    taking it requires (the caller's name); else None."""
+    if not tools or not ask or not messages or messages[-1].get("role") != "user":
+        return None
+    asked = next((m for m in reversed(messages[:-1]) if m.get("role") != "user"), None)
+    if asked is None or asked.get("role") != "assistant" or asked.get("tool_calls"):
+        return None
+    said = asked.get("content").strip() if isinstance(asked.get("content"), str) else ""
+    if not said:
+        return None
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for key, question in ask.items():
+        tool, _, argument = key.rpartition(".")
+        if question.strip() != said:
+            continue
+        if tool and (params.get(tool, {}).get("required") or []) == [argument]:
+            return tool
+        if not tool and _always_required_text(argument, params):
+            return "required"
+    return _retried(messages, params)
+
+
+def _retried(messages: list[dict], params: dict[str, dict]) -> str | None:
+    """The tool whose call failed just before the agent's reply, when the caller's answer names a day or
+    a time and the tool takes one: "9 am is already taken ... would one of those work?" - "half past
+    nine then" is that booking again (held-out hw_book_taken_slot: v7 cancelled instead)."""
+    i = len(messages) - 2
+    while i >= 0 and messages[i].get("role") == "assistant" and not messages[i].get("tool_calls"):
+        i -= 1  # the agent's reply (and any filler) to the result
+    results = []
+    while i >= 0 and messages[i].get("role") == "tool":
+        results.append(messages[i].get("content"))
+        i -= 1
+    if i < 0 or not results or not messages[i].get("tool_calls") or not any(_failed(r) for r in results):
+        return None
+    tool = messages[i]["tool_calls"][-1].get("function", {}).get("name")
+    kinds = {spec.get(GROUNDED_KEY) for spec in (params.get(tool, {}).get("properties") or {}).values()
+             if isinstance(spec, dict)} & {"day", "time"}
+    latest = messages[-1].get("content")
+    today = today_of(messages)
+    if isinstance(latest, str) and any(phrases_in(latest, kind, today) for kind in kinds):
+        return tool
+    return None
+
+
+def _failed(result: object) -> bool:
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except json.JSONDecodeError:
+            return False
+    return isinstance(result, dict) and "error" in result
+
+
+def _always_required_text(argument: str, params: dict[str, dict]) -> bool:
+    """`argument` is free text copied from the caller (`x-grounded: true`) and required by every tool
+    that takes it: the name, which the training policy asks last, right before the call."""
+    takers = [p for p in params.values() if argument in (p.get("properties") or {})]
+    return bool(takers) and all(
+        argument in (p.get("required") or []) and p["properties"][argument].get(GROUNDED_KEY) is True for p in takers)
+
+
+def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dict[str, str]],
+                 today: dt.date | None = None) -> str | None:
+    """The tool to call in place of `calls`, by the scenario's `instead` block ({tool: {when_said: kind,
+    call: other}}): the first call to a listed tool made while the caller's latest words name a
+    phrase of that kind."""
+    if not calls or not instead:
+        return None
+    latest = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+    if not isinstance(latest, str):
+        return None
+    today = today or today_of(messages)
+    for call in calls:
+        rule = instead.get(call.get("function", {}).get("name", ""))
+        if rule and phrases_in(latest, rule["when_said"], today):
+            return rule["call"]
+    return None
+
+
+__all__ = ["carried_tool", "instead_tool", "named"]
