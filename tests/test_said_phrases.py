@@ -34,7 +34,11 @@ def test_the_newest_turn_that_names_one_decides_and_two_different_ones_decide_no
              "The name is Mikhail Fitzgerald."]
     assert latest_said("time", turns, TODAY) == "half past ten"
     assert latest_said("day", turns, TODAY) == "the 8th"
-    assert latest_said("time", turns + ["sorry i meant eleven not ten"], TODAY) is None
+    assert latest_said("time", turns + ["could it be eleven or ten"], TODAY) is None
+    # a time the caller refuses ("not ten", "instead of ten") is not what they said
+    assert latest_said("time", turns + ["sorry i meant eleven not ten"], TODAY) == "eleven"
+    assert latest_said("time", turns + ["eleven instead of ten please"], TODAY) == "eleven"
+    assert latest_said("time", turns + ["not at ten"], TODAY) is None
     assert latest_said("time", ["at ten", "ten o'clock please"], TODAY) == "ten o'clock"  # one time, said two ways
 
 

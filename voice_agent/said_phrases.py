@@ -5,7 +5,8 @@ own phrase for a day or a time. Adapter v7 often made the right call with a mang
 "9" for "half past one", "this coming tomorrow" for "tomorrow", the caller's name as the date. The
 ask guard (voice_agent/brain/ask_guard.py) then asked for what the caller had just said. With these
 finders it takes the caller's phrase instead, when the caller's latest words that name one name
-exactly one, and asks only when they name none or two different ones ("eleven, not ten").
+exactly one, and asks only when they name none or two different ones. A phrase right after "not"
+is one the caller refuses: "sorry i meant eleven not ten" says eleven.
 
 A phrase is a run of words that `clinic_words` parses, with a marker of its kind: a weekday, month,
 ordinal, "today" or "tomorrow" for a day; a bare number, a clock time, am/pm, "o'clock", "half past"
@@ -114,16 +115,28 @@ def _maximal_spans(text: str, ok: Callable[[list[str], str], bool], leads: set[s
 
 
 def phrases_in(text: str, kind: str, today: dt.date) -> list[str]:
-    """The maximal phrases of `kind` ("day" or "time") in `text`, in order."""
+    """The maximal phrases of `kind` ("day", "time" or "service") in `text`, in order."""
+    return [p for p, _ in _phrases(text, kind, today)]
+
+
+def _phrases(text: str, kind: str, today: dt.date) -> list[tuple[str, bool]]:
+    """(phrase, refused) for each phrase of `kind` in `text`; refused: "not" comes right before it
+    ("eleven, not ten": ten is refused)."""
     if kind == "day":
         spans, words = _maximal_spans(text, lambda w, _b: is_day_phrase(w, today), _DAY_LEADS)
     elif kind == "time":
         spans, words = _maximal_spans(text, is_time_phrase, set())
     elif kind == "service":
-        return _SERVICE_RE.findall(" ".join(_words(text.replace("-", " "))))
+        return [(p, False) for p in _SERVICE_RE.findall(" ".join(_words(text.replace("-", " "))))]
     else:
         return []
-    return [" ".join(words[i:j]) for i, j in spans]
+    return [(" ".join(words[i:j]), _refused(words[:i])) for i, j in spans]
+
+
+def _refused(before: list[str]) -> bool:
+    while before and before[-1] in _GLUE:
+        before = before[:-1]
+    return bool(before) and before[-1] in ("not", "instead")
 
 
 def value_of(phrase: str, kind: str, today: dt.date) -> object:
@@ -157,12 +170,15 @@ def is_phrase(value: str, kind: str, today: dt.date) -> bool:
 
 
 def latest_said(kind: str, user_turns: list[str], today: dt.date) -> str | None:
-    """The one phrase of `kind` in the newest of `user_turns` that names any; None when none does or
-    it names two different values."""
+    """The one phrase of `kind` in the newest of `user_turns` that names any, leaving out those the
+    caller refused ("eleven, not ten" says eleven); None when none is left or two different values."""
     for text in reversed(user_turns):
-        found = phrases_in(text, kind, today)
-        if not found:
+        named = _phrases(text, kind, today)
+        if not named:
             continue
+        found = [p for p, refused in named if not refused]
+        if not found:
+            return None
         values = set()
         for p in found:
             try:
@@ -173,7 +189,23 @@ def latest_said(kind: str, user_turns: list[str], today: dt.date) -> str | None:
     return None
 
 
+def refused_latest(kind: str, user_turns: list[str], today: dt.date) -> set[object]:
+    """The values of `kind` that the newest of `user_turns` naming any refuses ("not ten")."""
+    for text in reversed(user_turns):
+        named = _phrases(text, kind, today)
+        if named:
+            out = set()
+            for p, refused in named:
+                if refused:
+                    try:
+                        out.add(value_of(p, kind, today))
+                    except ValueError:
+                        pass
+            return out
+    return set()
+
+
 PHRASE_KINDS = ("day", "time", "service")
 CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
 
-__all__ = ["CHOSEN_KINDS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "phrases_in", "value_of"]
+__all__ = ["CHOSEN_KINDS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "phrases_in", "refused_latest", "value_of"]

