@@ -57,6 +57,7 @@ class Request:
         self.parser = OutputParser(in_reasoning=thinking)
         if prefix:  # a forced tool call: the prompt already opened <tool_call>, so the output is its body
             self.parser.mode = "tool"
+        self.call_announced = not prefix
         self.state: Sequence | None = None
         self.t0 = time.perf_counter()
         self.t_prefill_end = 0.0
@@ -88,7 +89,16 @@ class Request:
         return self.engine.run(self)
 
     def absorb(self) -> list[StreamEvent]:
-        """Turn newly final tokens into events; apply stop strings and the thinking budget."""
+        """Turn newly final tokens into events; apply stop strings and the thinking budget. A forced
+        call (the prompt opened it: tool_choice) is announced with the first events, as a call the
+        model opens is, so that a voice agent can say its filler now."""
+        events = self._absorb()
+        if not self.call_announced:
+            self.call_announced = True
+            events.insert(0, StreamEvent("tool_call", "", self._ms()))
+        return events
+
+    def _absorb(self) -> list[StreamEvent]:
         st = self.state
         if not st.new_final:
             return self._absorb_committed_prefix() if self.early else []

@@ -118,6 +118,18 @@ def test_the_engine_infills_a_schema_valid_call_even_from_random_weights(tiny_dl
     assert not raw.tool_calls  # unguided, random weights do not write a valid call
 
 
+def test_a_forced_call_is_announced_in_the_stream_before_its_body_is_decoded(tiny_dllm):
+    """A call the prompt opened (tool_choice) streams a "tool_call" event first, as one the model opens
+    does, so a voice agent says its filler at once instead of after the call and its read-back."""
+    for choice in ("required", {"type": "function", "function": {"name": "cancel_appointment"}}):
+        events = list(tiny_dllm.stream(CALL, tools=DENTAL_TOOLS, tool_choice=choice, max_tokens=200,
+                                       reasoning_effort="instant"))
+        assert [e.type for e in events].count("tool_call") == 1 and events[0].type == "tool_call", choice
+        assert events[-1].type == "done" and events[-1].result.tool_calls
+    plain = list(tiny_dllm.stream(CALL, max_tokens=8, reasoning_effort="instant"))  # no tools: nothing announced
+    assert "tool_call" not in [e.type for e in plain]
+
+
 def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
     from engine.block_rewrite import repair_tags
 
