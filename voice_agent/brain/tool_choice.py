@@ -1,6 +1,6 @@
 """Which tool a turn must call, when the call's own words have already decided it.
 
-The model picks the tool and the guards check its arguments (ask_guard.py). Two slips of adapter v7
+The model picks the tool and the guards check its arguments (ask_guard.py). Three slips of adapter v7
 lost calls after the caller had said everything needed, and the conversation itself says which tool
 was due; the engine is then asked for that tool by name (OpenAI's `tool_choice`), and the model still
 writes the arguments, which the ask guard checks as always:
@@ -17,6 +17,10 @@ writes the arguments, which the ask guard checks as always:
   answer is for *some* tool (`tool_choice: required`, the model picks which): the training policy
   asks the name last, right before the call. v7 answered a name given to either question with "What
   day and you want instead?" (held-out gen_003, gen_008, gen_039).
+- **A failed call is made again when the caller answers what it lacked.** After "9 am is already
+  taken. Free times that day include 9:30 am ...", "half past nine would work too" goes to the
+  booking again (v7 cancelled instead: held-out hw_book_taken_slot), when the caller's answer names
+  a day or a time that the failed tool takes.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ def carried_tool(messages: list[dict], tools: list[dict] | None, ask: dict[str, 
     """The tool_choice the agent's question just before the caller's latest words carries: the name
     of the tool whose own question (`ask: tool.argument`) it was, when that argument is the tool's
     only required one; "required" after the plain question for a free-text argument that every tool
-    taking it requires (the caller's name); else None."""
+    taking it requires (the caller's name); else the tool whose call failed just before the agent's
+    reply, when the caller's answer names a day or a time it takes (`_retried`); else None."""
     if not tools or not ask or not messages or messages[-1].get("role") != "user":
         return None
     asked = next((m for m in reversed(messages[:-1]) if m.get("role") != "user"), None)
