@@ -12,7 +12,8 @@ spoken instead and the call does not run.
 A typed argument (`x-grounded: day` or `time`) must also be a phrase of its kind. One that is not, or
 that nobody said ("1:00" for "half past one"), first takes the caller's own phrase of that kind from
 their latest words that name one (voice_agent/said_phrases.py); only when there is none, or two
-different ones, is the question asked. A service (`x-grounded: service`) is a choice from an enum,
+different ones, is the question asked; a phrase the caller refused ("eleven, not ten") does not
+count as said. A service (`x-grounded: service`) is a choice from an enum,
 not a copy: when the caller's latest words that name a service name another one, theirs is taken.
 A copied name loses the hesitations ASR wrote into it ("karin um das"); one that is only a
 hesitation, a day or a time is no name and is asked for.
@@ -65,8 +66,9 @@ class Mended:
 
 def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                 ask: dict[str, str]) -> tuple[list[Mended], Unsaid | None]:
-    """Mend, in place, each typed grounded argument (`x-grounded: day|time`) that is not the caller's
-    phrase of its kind, when the caller's latest words of that kind name one (said_phrases.py); then
+    """Mend, in place, each typed grounded argument (`x-grounded: day|time|service`) that is not the
+    caller's phrase of its kind (for a service: not their latest choice), when the caller's latest
+    words of that kind name one (said_phrases.py), and drop hesitations from copied names; then
     return the first grounded argument with a question in `ask` (`argument` or `tool.argument`)
     whose value nobody said, if any."""
     if not calls or not ask:  # the scenario's ask block switches the whole policy on
