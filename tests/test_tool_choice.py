@@ -52,7 +52,9 @@ class ChoosingBrain(Brain):
         self.choices.append(choice)
         calls = self.calls[choice["function"]["name"] if isinstance(choice, dict) else choice]
         yield TurnEvent("done", result=TurnResult(text="", reasoning="", tool_calls=calls, tool_errors=[],
-                                                  finish_reason="tool_calls"))
+                                                  finish_reason="tool_calls",
+                                                  metrics={"total_ms": 900.0, "forward_passes": 12,
+                                                           "completion_tokens": 20}))
 
 
 def _named(tool: str) -> dict:
@@ -75,7 +77,9 @@ async def test_a_search_made_after_the_caller_named_a_time_is_made_again_as_the_
     assert brain.choices == [None, _named("book_appointment")]
     done = events[-1].result
     assert [c["function"]["name"] for c in done.tool_calls] == ["book_appointment"]
-    assert done.metrics["tool_choice"] == {"instead": "book_appointment"}
+    # the thrown-away search is counted, not hidden
+    assert done.metrics["tool_choice"] == {"instead": "book_appointment", "discarded_total_ms": 900.0,
+                                           "discarded_forward_passes": 12, "discarded_completion_tokens": 20}
 
 
 async def test_the_booking_made_instead_still_goes_through_the_ask_guard():

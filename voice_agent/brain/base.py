@@ -63,7 +63,7 @@ class Brain(ABC):
         while True:
             started = answered = False
             try:
-                instead = None
+                instead, discarded = None, None
                 async with contextlib.aclosing(self._attempt(msgs, params)) as events:
                     async for ev in events:
                         started = True
@@ -72,11 +72,12 @@ class Brain(ABC):
                             instead = instead_tool(ev.result.tool_calls, msgs, self.instead_of)
                             if instead is None:
                                 for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
-                                    yield _noted(asked, carried=carried)
+                                    yield _noted(asked, {"carried": carried} if carried else {})
+                            discarded = ev.result.metrics
                             continue
                         yield ev
                 if instead is not None:
-                    async for ev in self._made_instead(msgs, params, instead):
+                    async for ev in self._made_instead(msgs, params, instead, discarded or {}):
                         yield ev
                 return
             except BrainError as e:
@@ -87,15 +88,19 @@ class Brain(ABC):
                                f"({len(msgs)} -> {len(shorter)} messages)")
                 msgs = shorter
 
-    async def _made_instead(self, msgs: list[dict], params: dict, tool: str) -> AsyncIterator[TurnEvent]:
-        """The turn again, with `tool` named (tool_choice.py's `instead` rule), through the ask guard."""
+    async def _made_instead(self, msgs: list[dict], params: dict, tool: str,
+                            discarded: dict) -> AsyncIterator[TurnEvent]:
+        """The turn again, with `tool` named (tool_choice.py's `instead` rule), through the ask guard.
+        The metrics say what the thrown-away first decode cost, so no pass goes uncounted."""
         logger.info(f"the caller's latest words fit {tool}: this turn calls {tool} instead")
         forced = {**params, "tool_choice": named(tool)}
+        cost = {f"discarded_{k}": discarded[k] for k in ("total_ms", "forward_passes", "completion_tokens")
+                if discarded.get(k) is not None}
         async with contextlib.aclosing(self._attempt(msgs, forced)) as events:
             async for ev in events:
                 if ev.type == "done" and ev.result is not None:
                     for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
-                        yield _noted(asked, instead=tool)
+                        yield _noted(asked, {"instead": tool, **cost})
                     continue
                 yield ev
 
@@ -122,9 +127,8 @@ class Brain(ABC):
         """Release what the brain holds (connections)."""
 
 
-def _noted(ev: TurnEvent, **chosen: str | None) -> TurnEvent:
+def _noted(ev: TurnEvent, chosen: dict[str, Any]) -> TurnEvent:
     """`ev`, its result's metrics recording which tool the turn was made to call (`tool_choice`)."""
-    chosen = {k: v for k, v in chosen.items() if v}
     if ev.type != "done" or ev.result is None or not chosen:
         return ev
     return replace(ev, result=replace(ev.result, metrics={**ev.result.metrics, "tool_choice": chosen}))
