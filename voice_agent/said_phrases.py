@@ -169,40 +169,39 @@ def is_phrase(value: str, kind: str, today: dt.date) -> bool:
     return bool(words) and (is_day_phrase(words, today) if kind == "day" else is_time_phrase(words))
 
 
+def _newest_named(kind: str, user_turns: list[str], today: dt.date) -> list[tuple[str, bool]]:
+    """(phrase, refused) of `kind` in the newest of `user_turns` that names any; [] when none does."""
+    for text in reversed(user_turns):
+        if named := _phrases(text, kind, today):
+            return named
+    return []
+
+
 def latest_said(kind: str, user_turns: list[str], today: dt.date) -> str | None:
     """The one phrase of `kind` in the newest of `user_turns` that names any, leaving out those the
     caller refused ("eleven, not ten" says eleven); None when none is left or two different values."""
-    for text in reversed(user_turns):
-        named = _phrases(text, kind, today)
-        if not named:
-            continue
-        found = [p for p, refused in named if not refused]
-        if not found:
+    found = [p for p, refused in _newest_named(kind, user_turns, today) if not refused]
+    if not found:
+        return None
+    values = set()
+    for p in found:
+        try:
+            values.add(value_of(p, kind, today))
+        except ValueError:
             return None
-        values = set()
-        for p in found:
-            try:
-                values.add(value_of(p, kind, today))
-            except ValueError:
-                return None
-        return max(found, key=len) if len(values) == 1 else None
-    return None
+    return max(found, key=len) if len(values) == 1 else None
 
 
 def refused_latest(kind: str, user_turns: list[str], today: dt.date) -> set[object]:
     """The values of `kind` that the newest of `user_turns` naming any refuses ("not ten")."""
-    for text in reversed(user_turns):
-        named = _phrases(text, kind, today)
-        if named:
-            out = set()
-            for p, refused in named:
-                if refused:
-                    try:
-                        out.add(value_of(p, kind, today))
-                    except ValueError:
-                        pass
-            return out
-    return set()
+    out = set()
+    for p, refused in _newest_named(kind, user_turns, today):
+        if refused:
+            try:
+                out.add(value_of(p, kind, today))
+            except ValueError:
+                pass
+    return out
 
 
 PHRASE_KINDS = ("day", "time", "service")

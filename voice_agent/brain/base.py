@@ -73,7 +73,8 @@ class Brain(ABC):
                             if instead is None:
                                 for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
                                     yield _noted(asked, {"carried": carried} if carried else {})
-                            discarded = ev.result.metrics
+                            else:
+                                discarded = ev.result.metrics  # the decode the second attempt replaces
                             continue
                         yield ev
                 if instead is not None:

@@ -25,7 +25,6 @@ writes the arguments, which the ask guard checks as always:
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 from engine.grounding import GROUNDED_KEY
@@ -104,8 +103,7 @@ def _always_required_text(argument: str, params: dict[str, dict]) -> bool:
         argument in (p.get("required") or []) and p["properties"][argument].get(GROUNDED_KEY) is True for p in takers)
 
 
-def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dict[str, str]],
-                 today: dt.date | None = None) -> str | None:
+def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dict[str, str]]) -> str | None:
     """The tool to call in place of `calls`, by the scenario's `instead` block ({tool: {when_said: kind,
     call: other}}): the first call to a listed tool made while the caller's latest words name a
     phrase of that kind."""
@@ -114,7 +112,7 @@ def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dic
     latest = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
     if not isinstance(latest, str):
         return None
-    today = today or today_of(messages)
+    today = today_of(messages)
     for call in calls:
         rule = instead.get(call.get("function", {}).get("name", ""))
         if rule and phrases_in(latest, rule["when_said"], today):
