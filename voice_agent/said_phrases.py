@@ -15,6 +15,12 @@ or "noon" for a time, and no ordinal, weekday or month (so "the 9th" is a day, n
 A service (`x-grounded: service`) is a choice from the tool's enum, not a copy: v7 booked "a clean"
 as a checkup. The caller's latest words that name one service (clinic_words.SERVICE_WORDS, "a
 clean", "hygiene visit", "cavity") decide it; the argument takes the service's own name.
+
+A name is what follows the words callers introduce one with ("the name is karin um das", "it's for
+isabel so wojcik", "this is tomasz nowak"): up to three words that are no common word and no day,
+time or service word, hesitations left out. Only a name of two words or more counts, so that "i'm
+calling" or "it's urgent" never reads as one. An intent is a phrase of the scenario's `intents`
+block ("call off", "what time is my"), matched as whole words.
 """
 
 from __future__ import annotations
@@ -204,7 +210,58 @@ def refused_latest(kind: str, user_turns: list[str], today: dt.date) -> set[obje
     return out
 
 
+# Words that introduce a name ("it's" and "its": ASR drops the apostrophe), longest first.
+_NAME_CUES = sorted((tuple(c.split()) for c in (
+    "my name is", "my names", "the name is", "the names", "name is", "this is", "its for", "it is for", "its",
+    "it is", "im", "i am", "under", "put it under", "for a mister", "for mister", "for miss", "for ms", "for mrs")),
+    key=len, reverse=True)
+# Hesitations ASR writes down ("it's for kofi rahman like"); never part of a name.
+HESITATIONS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "uhm", "hmm", "so", "like"})
+# Words no name is made of: a name runs up to the first of these.
+_COMMON = set("""a about actually again all also am an and any anything anyone appointment are around as at
+available back be been booked booking book but by calling call can cancel cant check come coming could day
+did do does doing dont down else evening fine for free from get give going good got great had has have hello
+help here hey hi hoping how i id if ill im in is it its just know later let lets like looking make me mine
+morning move my name need new next no not now of off ok okay on one or our out over patient please put really
+reschedule right say see should so some someone something soon sorry speaking still sure than thank thanks
+that thats the them then there this time to today tomorrow too trying up urgent us visit want wanted was
+we well were what whats when where which who will with would yeah yes you your""".split())
+
+
+def said_name(user_turns: list[str]) -> str | None:
+    """The name the newest of `user_turns` that gives one gives after a cue ("the name is ..."),
+    without hesitations; None when no turn does."""
+    for text in reversed(user_turns):
+        words = [w.replace("'", "") for w in _words(text)]
+        for i in range(len(words)):
+            cue = next((c for c in _NAME_CUES if tuple(words[i:i + len(c)]) == c), None)
+            if cue is not None and len(name := _name_after(words[i + len(cue):])) >= 2:
+                return " ".join(name)
+    return None
+
+
+def _name_after(words: list[str]) -> list[str]:
+    name: list[str] = []
+    for w in words:
+        if w in HESITATIONS:
+            continue
+        if (len(name) == 3 or not w.isalpha() or w in _COMMON or w in _DAY_VOCAB or w in _TIME_VOCAB
+                or _SERVICE_RE.fullmatch(w)):
+            break
+        name.append(w)
+    return name
+
+
+def said_intents(text: str, intents: dict[str, tuple[str, ...]]) -> set[str]:
+    """The tools of `intents` ({tool: phrases}) whose phrases `text` says, as whole words ("call off my
+    visit" says cancel_appointment's "call off"; apostrophes are ignored, so "cant" is "can't")."""
+    flat = " " + " ".join(w.replace("'", "") for w in _words(text)) + " "
+    return {tool for tool, phrases in intents.items()
+            if any(f" {' '.join(w.replace(chr(39), '') for w in _words(p))} " in flat for p in phrases)}
+
+
 PHRASE_KINDS = ("day", "time", "service")
 CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
 
-__all__ = ["CHOSEN_KINDS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "phrases_in", "refused_latest", "value_of"]
+__all__ = ["CHOSEN_KINDS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
+           "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

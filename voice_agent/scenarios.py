@@ -32,6 +32,18 @@ class ScenarioError(ValueError):
 
 
 @dataclass(frozen=True)
+class CallPolicy:
+    """The scenario's rules for a call's turns (prompts/*.yaml), the same in every framework:
+    `ask` (argument -> the question to ask when nobody said it: brain/ask_guard.py), `instead` (tool ->
+    {when_said: kind, call: other tool}) and `intents` (tool -> the caller's phrases that ask for it),
+    both read by brain/tool_choice.py."""
+
+    ask: dict[str, str] = field(default_factory=dict)
+    instead: dict[str, dict[str, str]] = field(default_factory=dict)
+    intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -47,6 +59,13 @@ class Scenario:
     # tool -> {when_said: kind, call: other tool}: such a call made while the caller's latest words name
     # a phrase of that kind is made as the other tool (voice_agent/brain/tool_choice.py)
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
+    # tool -> the caller's phrases that ask for it ("call off" for cancel_appointment; tool_choice.py)
+    intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> CallPolicy:
+        """The ask, instead and intents blocks: what every brain of a call applies to its turns."""
+        return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents))
 
     @property
     def tool_names(self) -> list[str]:
@@ -134,7 +153,8 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
     for key in ("greeting", "filler", "description"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
-    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead"}
+    known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead",
+             "intents"}
     tools = _parse_tools(data.get("tools") or [], where)
     return Scenario(
         name=name,
@@ -148,6 +168,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         extra={k: v for k, v in data.items() if k not in known},
         ask=_parse_ask(data.get("ask"), tools, where),
         instead=_parse_instead(data.get("instead"), tools, where),
+        intents=_parse_intents(data.get("intents"), tools, where),
     )
 
 
@@ -194,6 +215,24 @@ def _parse_instead(instead: Any, tools: list[dict], where: str) -> dict[str, dic
         if not any(isinstance(spec, dict) and spec.get(GROUNDED_KEY) == kind for spec in props[other].values()):
             raise ScenarioError(f"{where}: instead.{tool}.call: {other} takes no argument marked {GROUNDED_KEY}: {kind}")
         out[str(tool)] = {"when_said": str(kind), "call": str(other)}
+    return out
+
+
+def _parse_intents(intents: Any, tools: list[dict], where: str) -> dict[str, tuple[str, ...]]:
+    """`tool: [phrase, ...]`: the caller's words that ask for that tool."""
+    if intents is None:
+        return {}
+    if not isinstance(intents, dict):
+        raise ScenarioError(f"{where}: 'intents' must map a tool name to a list of the caller's phrases")
+    names = {t["function"]["name"] for t in tools}
+    out = {}
+    for tool, phrases in intents.items():
+        if tool not in names:
+            raise ScenarioError(f"{where}: intents.{tool}: no tool named {tool!r}; known: {', '.join(sorted(names))}")
+        if (not isinstance(phrases, list) or not phrases
+                or not all(isinstance(p, str) and p.strip() for p in phrases)):
+            raise ScenarioError(f"{where}: intents.{tool} must be a non-empty list of phrases")
+        out[str(tool)] = tuple(p.strip() for p in phrases)
     return out
 
 

@@ -16,7 +16,10 @@ different ones, is the question asked; a phrase the caller refused ("eleven, not
 count as said. A service (`x-grounded: service`) is a choice from an enum,
 not a copy: when the caller's latest words that name a service name another one, theirs is taken.
 A copied name loses the hesitations ASR wrote into it ("karin um das"); one that is only a
-hesitation, a day or a time is no name and is asked for.
+hesitation, a day or a time is no name. A name argument (`name` or `*_name`) the caller never said, or
+no name, takes the name the caller gave ("the name is karin das", said_phrases.said_name) and is
+asked for only when they gave none; a copy of part of it ("tomasz" for "it's tomasz nowak") takes it
+whole, since the clinic finds and books patients by their full name.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, replace
 
 from loguru import logger
@@ -32,19 +36,20 @@ from engine.grounding import WORD_RE, grounded_arguments, nearest_span, source_t
 from voice_agent.brain.types import TurnEvent, TurnResult
 from voice_agent.said_phrases import (
     CHOSEN_KINDS,
+    HESITATIONS,
     PHRASE_KINDS,
     as_argument,
     is_phrase,
     latest_said,
     refused_latest,
+    said_name,
     value_of,
 )
 from voice_agent.scenarios import ask_question, today_of
 
-# Hesitations ASR writes down, never part of a name: "karin um das" was booked as "Karin Um Das".
-FILLERS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "uhm", "hmm"})
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
+NAME_ARGUMENT = re.compile(r"(^|_)name$")  # a free-text argument that holds a person's name
 
 
 @dataclass(frozen=True)
@@ -89,15 +94,18 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                 mended.append(Mended(fn["name"], key, value, fluent))
                 args[key] = value = fluent
                 changed = True
+            given = said_name(users) if kind == "text" and NAME_ARGUMENT.search(key) else None
             if kind in CHOSEN_KINDS:  # a choice, not a copy: what the caller's latest words chose wins
                 said = latest_said(kind, users, today)
                 if said is None or _same(value, said, kind, today):
                     continue
             elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
                   and not (kind == "text" and _no_name(value, today)) and not _refused(value, kind, users, today)):
-                continue
+                if given is None or not _part_of(value, given):
+                    continue
+                said = given
             else:
-                said = latest_said(kind, users, today) if kind in PHRASE_KINDS else None
+                said = latest_said(kind, users, today) if kind in PHRASE_KINDS else given
             if said is not None:
                 taken = as_argument(said, kind, today)
                 mended.append(Mended(fn["name"], key, str(value), taken))
@@ -136,11 +144,17 @@ def ask_instead(result: TurnResult, tools: list[dict] | None, messages: list[dic
 
 
 def _without_fillers(value: str) -> str:
-    """A copied name without the caller's hesitations ("karin um das" -> "karin das"); unchanged when
-    nothing else is left."""
+    """A copied name without the caller's hesitations ("karin um das" was booked as "Karin Um Das"; now
+    "karin das"); unchanged when nothing else is left."""
     words = value.split()
-    kept = [w for w in words if w.lower().strip(",.") not in FILLERS]
+    kept = [w for w in words if w.lower().strip(",.") not in HESITATIONS]
     return " ".join(kept) if kept and len(kept) < len(words) else value
+
+
+def _part_of(value: str, name: str) -> bool:
+    """`value`'s words are some, not all, of `name`'s ("tomasz" of "tomasz nowak")."""
+    words, whole = set(value.lower().split()), set(name.lower().split())
+    return bool(words) and words < whole
 
 
 def _refused(value: str, kind: str, users: list[str], today: dt.date) -> bool:
@@ -156,7 +170,7 @@ def _refused(value: str, kind: str, users: list[str], today: dt.date) -> bool:
 def _no_name(value: str, today: dt.date) -> bool:
     """Free text that is only hesitations, or a day or a time: "December 7th", copied from a tool
     result into `patient_name` (held-out hw_weekend_request), booked a patient of that name."""
-    return (all(w.lower().strip(",.") in FILLERS for w in value.split())
+    return (all(w.lower().strip(",.") in HESITATIONS for w in value.split())
             or is_phrase(value, "day", today) or is_phrase(value, "time", today))
 
 
@@ -174,4 +188,4 @@ def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
     return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
 
 
-__all__ = ["FILLERS", "LINK_WORDS", "Mended", "Unsaid", "ask_instead", "check_calls", "unsaid_argument"]
+__all__ = ["LINK_WORDS", "Mended", "Unsaid", "ask_instead", "check_calls", "unsaid_argument"]

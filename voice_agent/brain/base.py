@@ -25,9 +25,10 @@ from typing import Any
 from loguru import logger
 
 from voice_agent.brain.ask_guard import ask_instead
-from voice_agent.brain.tool_choice import carried_tool, instead_tool, named
+from voice_agent.brain.tool_choice import instead_tool, named, turn_tool_choice
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent
+from voice_agent.scenarios import CallPolicy
 
 TURN_PARAMS = ("tools", "tool_choice", "reasoning_effort", "max_tokens", "temperature", "seed", "stop")
 
@@ -37,12 +38,10 @@ class Brain(ABC):
 
     def __init__(self) -> None:
         self.trimmer = HistoryTrimmer()
-        # The scenario's `ask` block (argument -> question): a call whose grounded argument nobody
-        # said becomes that question (voice_agent/brain/ask_guard.py), for every framework alike.
-        self.ask_for: dict[str, str] = {}
-        # The scenario's `instead` block: a call that leaves out what the caller just said is made as
-        # the tool that takes it (voice_agent/brain/tool_choice.py).
-        self.instead_of: dict[str, dict[str, str]] = {}
+        # The scenario's ask, instead and intents blocks, for every framework alike: a call whose
+        # grounded argument nobody said becomes the question (ask_guard.py); the tool a turn must call
+        # where the conversation has decided it (tool_choice.py).
+        self.policy = CallPolicy()
 
     @property
     @abstractmethod
@@ -54,12 +53,14 @@ class Brain(ABC):
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
-        carried = None
+        chosen: dict[str, str] = {}
         if params.get("tools") and params.get("tool_choice") in (None, "auto"):
-            carried = carried_tool(msgs, params["tools"], self.ask_for)
-            if carried is not None:
-                logger.info(f"the conversation carries tool_choice {carried!r} (brain/tool_choice.py)")
-                params = {**params, "tool_choice": carried if carried == "required" else named(carried)}
+            decided = turn_tool_choice(msgs, params["tools"], self.policy)
+            if decided is not None:
+                why, choice = decided
+                logger.info(f"the conversation decides tool_choice {choice!r} ({why}; brain/tool_choice.py)")
+                params = {**params, "tool_choice": choice if choice == "required" else named(choice)}
+                chosen = {why: choice}
         while True:
             started = answered = False
             try:
@@ -69,10 +70,10 @@ class Brain(ABC):
                         started = True
                         answered = answered or (ev.type == "answer" and bool(ev.text.strip()))
                         if ev.type == "done" and ev.result is not None and not answered:
-                            instead = instead_tool(ev.result.tool_calls, msgs, self.instead_of)
+                            instead = instead_tool(ev.result.tool_calls, msgs, self.policy.instead)
                             if instead is None:
-                                for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
-                                    yield _noted(asked, {"carried": carried} if carried else {})
+                                for asked in ask_instead(ev.result, params.get("tools"), msgs, self.policy.ask):
+                                    yield _noted(asked, chosen)
                             else:
                                 discarded = ev.result.metrics  # the decode the second attempt replaces
                             continue
@@ -100,7 +101,7 @@ class Brain(ABC):
         async with contextlib.aclosing(self._attempt(msgs, forced)) as events:
             async for ev in events:
                 if ev.type == "done" and ev.result is not None:
-                    for asked in ask_instead(ev.result, params.get("tools"), msgs, self.ask_for):
+                    for asked in ask_instead(ev.result, params.get("tools"), msgs, self.policy.ask):
                         yield _noted(asked, {"instead": tool, **cost})
                     continue
                 yield ev

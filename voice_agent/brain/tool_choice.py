@@ -17,6 +17,19 @@ writes the arguments, which the ask guard checks as always:
   answer is for *some* tool (`tool_choice: required`, the model picks which): the training policy
   asks the name last, right before the call. v7 answered a name given to either question with "What
   day and you want instead?" (held-out gen_003, gen_008, gen_039).
+- **The caller's words name the intent** (the scenario's `intents` block: "call off my visit" is
+  cancel_appointment). When the caller's latest words name one tool's phrases only, and that tool
+  needs nothing but the name, the turn calls it; without a name the ask guard asks the tool's own
+  name question, which carries the next turn. v7 looked up a caller who said "call off my visit" and
+  answered "what time is my visit" with the clinic's payment methods (held-out gen_006, gen_020,
+  gen_028, gen_040: phrasings it never trained on).
+- **A booking's day is searched before anything else is asked.** When the caller's latest words
+  name a day and no time in a booking call (the newest caller turn that names a service or an
+  intent names a service only), and that day has not been searched, the turn calls the search tool
+  of the `instead` block (find_free_slots). The training policy reads a day's free times before it
+  asks the time or the name; v7 asked "What time would suit you?" straight away (held-out gen_013,
+  gen_027) and the sample call's "a teeth cleaning for next Tuesday" got "What day would you like to
+  come in?".
 - **A failed call is made again when the caller answers what it lacked.** After "9 am is already
   taken. Free times that day include 9:30 am ...", "half past nine would work too" goes to the
   booking again (v7 cancelled instead: held-out hw_book_taken_slot), when the caller's answer names
@@ -28,13 +41,101 @@ from __future__ import annotations
 import json
 
 from engine.grounding import GROUNDED_KEY
-from voice_agent.said_phrases import phrases_in
-from voice_agent.scenarios import today_of
+from voice_agent.said_phrases import latest_said, phrases_in, said_intents, value_of
+from voice_agent.scenarios import CallPolicy, today_of
 
 
 def named(tool: str) -> dict:
     """OpenAI's tool_choice for one function."""
     return {"type": "function", "function": {"name": tool}}
+
+
+def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
+    """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
+    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`) or "search"
+    (`search_due`); tool_choice is a tool name or "required". None: the model chooses."""
+    if not tools or not messages or messages[-1].get("role") != "user":
+        return None
+    carried = carried_tool(messages, tools, policy.ask)
+    if carried is not None and carried != "required":
+        return "carried", carried
+    # A caller asked for their name who names a booking's day instead is searched first.
+    for why, rule in (("intent", lambda: intended_tool(messages, tools, policy.intents)),
+                      ("search", lambda: search_due(messages, policy))):
+        if (choice := rule()) is not None:
+            return why, choice
+    return ("carried", carried) if carried else None
+
+
+def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tuple[str, ...]]) -> str | None:
+    """The one tool whose `intents` phrases the caller's latest words say, when its only required
+    argument is the caller's name (free text the ask guard asks for when it is missing)."""
+    latest = messages[-1].get("content") if messages else None
+    if not intents or not isinstance(latest, str):
+        return None
+    named = said_intents(latest, intents)
+    if len(named) != 1:
+        return None
+    tool = named.pop()
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
+    required = params.get("required") or []
+    if len(required) == 1 and (params.get("properties") or {}).get(required[0], {}).get(GROUNDED_KEY) is True:
+        return tool
+    return None
+
+
+def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
+    """The search tool of the `instead` block ({search: {when_said: time, call: booking}}) when the
+    caller's latest words name a day and no time, in a booking call that has booked nothing yet and
+    has not searched that day."""
+    users = [m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    if not users:
+        return None
+    today = today_of(messages)
+    for search, rule in policy.instead.items():
+        if latest_said("day", users[-1:], today) is None or phrases_in(users[-1], rule["when_said"], today):
+            continue
+        if not _booking_call(users, policy.intents, today) or _succeeded(messages, rule["call"]):
+            continue
+        day = value_of(latest_said("day", users[-1:], today), "day", today)
+        if str(day) not in _searched_days(messages, search):
+            return search
+    return None
+
+
+def _booking_call(users: list[str], intents: dict[str, tuple[str, ...]], today) -> bool:
+    """The newest caller turn that names a service or an intent names a service and no intent
+    ("push my checkup to thursday" is a move, "a filling on the 9th" a booking)."""
+    for text in reversed(users):
+        named, service = said_intents(text, intents), phrases_in(text, "service", today)
+        if named or service:
+            return bool(service) and not named
+    return False
+
+
+def _calls_and_results(messages: list[dict], tool: str):
+    """(arguments, result) of each call to `tool` in `messages`, results parsed where they are JSON."""
+    results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            if fn.get("name") == tool:
+                result = results.get(call.get("id"))
+                try:
+                    result = json.loads(result) if isinstance(result, str) else result
+                except json.JSONDecodeError:
+                    pass
+                yield fn.get("arguments"), result
+
+
+def _succeeded(messages: list[dict], tool: str) -> bool:
+    return any(isinstance(r, dict) and not _failed(r) for _, r in _calls_and_results(messages, tool))
+
+
+def _searched_days(messages: list[dict], search: str) -> set[str]:
+    """The ISO dates whose free times a search gave (its result's `date`)."""
+    return {str(r["date"]) for _, r in _calls_and_results(messages, search) if isinstance(r, dict) and "date" in r
+            and not _failed(r)}
 
 
 def carried_tool(messages: list[dict], tools: list[dict] | None, ask: dict[str, str]) -> str | None:
@@ -120,4 +221,4 @@ def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dic
     return None
 
 
-__all__ = ["carried_tool", "instead_tool", "named"]
+__all__ = ["carried_tool", "instead_tool", "intended_tool", "named", "search_due", "turn_tool_choice"]

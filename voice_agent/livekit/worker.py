@@ -103,8 +103,7 @@ class CallFactory:
     def session(self, reasoning_effort: str | None = None) -> tuple[AgentSession, ScenarioAgent]:
         self.load()
         brain = make_brain(self.cfg, engine=self.engine)
-        brain.ask_for = dict(self.scenario.ask)  # the same "ask, do not guess" policy as the Pipecat cascade
-        brain.instead_of = dict(self.scenario.instead)
+        brain.policy = self.scenario.policy  # the same turn policy as the Pipecat cascade
         llm = EngineLLM(brain, reasoning_effort=reasoning_effort or self.effort,
                         max_tokens=self.cfg.max_tokens, temperature=self.cfg.temperature)
         llm.on("engine_metrics", _log_turn)

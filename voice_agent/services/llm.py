@@ -56,6 +56,7 @@ from engine import EFFORTS
 from voice_agent.brain import Brain, BrainError, TurnResult
 from voice_agent.brain.engine_bridge import EngineBrain
 from voice_agent.config import CallOptions
+from voice_agent.scenarios import CallPolicy
 from voice_agent.services.speakable import SpeakableFilter
 
 ToolFn = Callable[[dict], dict | Awaitable[dict]]
@@ -88,13 +89,12 @@ class EngineLLMService(LLMService):
                  temperature: float = _DEFAULTS.temperature, tools: dict[str, ToolFn] | None = None,
                  filler: str = "", filler_after_s: float = _DEFAULTS.filler_after_s,
                  apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
-                 ask_for: dict[str, str] | None = None, instead_of: dict[str, dict[str, str]] | None = None,
-                 **kwargs: Any) -> None:
+                 policy: CallPolicy | None = None, **kwargs: Any) -> None:
         """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
-        with `session` or a fresh one). `ask_for`: the scenario's `ask` block (argument -> question):
-        a call whose grounded argument nobody said is replaced by that question
-        (voice_agent/brain/ask_guard.py). `instead_of`: the scenario's `instead` block (a call that
-        leaves out what the caller just said is made as the tool that takes it: brain/tool_choice.py)."""
+        with `session` or a fresh one). `policy`: the scenario's ask, instead and intents blocks
+        (`Scenario.policy`): a call whose grounded argument nobody said is replaced by its question
+        (voice_agent/brain/ask_guard.py), and the tool a turn must call is named where the
+        conversation has decided it (voice_agent/brain/tool_choice.py)."""
         _check_effort(reasoning_effort)
         self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
@@ -106,10 +106,8 @@ class EngineLLMService(LLMService):
         self.filler, self.filler_after_s = filler, filler_after_s
         self.apology, self.no_answer = apology, no_answer
         self.max_tool_rounds = max_tool_rounds
-        if ask_for:
-            self.brain.ask_for = dict(ask_for)
-        if instead_of:
-            self.brain.instead_of = dict(instead_of)
+        if policy is not None:
+            self.brain.policy = policy
         self.last_metrics: dict | None = None
         self.turn_metrics: list[dict] = []
         self.last_reasoning = ""

@@ -195,8 +195,7 @@ async def _converse(call: Call, scenario: Scenario, engine: Any, db: ClinicDB, t
         engine, system_instruction=scenario.system_prompt_for(today),
         reasoning_effort=opts.reasoning_effort or scenario.reasoning_effort, max_tokens=opts.max_tokens,
         temperature=opts.temperature, tools=scenario.bind_handlers(db), filler=scenario.filler, filler_after_s=opts.filler_after_s,
-        ask_for=scenario.ask,
-        instead_of=scenario.instead)
+        policy=scenario.policy)
     greeting = [{"role": "assistant", "content": scenario.greeting}] if scenario.greeting else []
     context = LLMContext(messages=greeting, tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext(greeting)
     # The live call's turn strategies; no VAD analyzer, as there is no audio.
