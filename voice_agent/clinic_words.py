@@ -26,10 +26,10 @@ _ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixt
              "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18, "nineteenth": 19,
              "twentieth": 20, "thirtieth": 30}
 SERVICE_WORDS = {
-    "cleaning": ("cleaning", "clean", "teeth cleaning", "hygiene", "hygienist", "scale and polish", "polish"),
+    "cleaning": ("cleaning", "clean", "cleaned", "teeth cleaning", "hygiene", "hygienist", "scale and polish", "polish"),
     "checkup": ("checkup", "check up", "check-up", "exam", "examination", "routine visit", "check"),
     "filling": ("filling", "cavity", "fill", "hole in my tooth"),
-    "whitening": ("whitening", "whiten", "bleaching"),
+    "whitening": ("whitening", "whiten", "whitened", "bleaching"),
     "emergency": ("emergency", "toothache", "urgent", "pain", "broken tooth", "chipped", "swollen"),
 }
 SERVICES = tuple(SERVICE_WORDS)

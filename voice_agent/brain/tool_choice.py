@@ -23,13 +23,13 @@ writes the arguments, which the ask guard checks as always:
   name question, which carries the next turn. v7 looked up a caller who said "call off my visit" and
   answered "what time is my visit" with the clinic's payment methods (held-out gen_006, gen_020,
   gen_028, gen_040: phrasings it never trained on).
-- **A booking's day is searched before anything else is asked.** When the caller's latest words
-  name a day and no time in a booking call (the newest caller turn that names a service or an
-  intent names a service only), and that day has not been searched, the turn calls the search tool
-  of the `instead` block (find_free_slots). The training policy reads a day's free times before it
-  asks the time or the name; v7 asked "What time would suit you?" straight away (held-out gen_013,
-  gen_027) and the sample call's "a teeth cleaning for next Tuesday" got "What day would you like to
-  come in?".
+- **A booking's day is acted on when it is named.** When the caller's latest words name a day and
+  no time in a booking call (the newest caller turn that names a service or an intent names a
+  service only), the turn books, when a time was named since the booking began, or else calls the
+  search tool of the `instead` block (find_free_slots), unless that day has been searched. The
+  training policy reads a day's free times before it asks the time or the name; v7 asked "What time
+  would suit you?" straight away (held-out gen_013, gen_027) and the sample call's "a teeth cleaning
+  for next Tuesday" got "What day would you like to come in?".
 - **A failed call is made again when the caller answers what it lacked.** After "9 am is already
   taken. Free times that day include 9:30 am ...", "half past nine would work too" goes to the
   booking again (v7 cancelled instead: held-out hw_book_taken_slot), when the caller's answer names
@@ -85,9 +85,10 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
 
 
 def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
-    """The search tool of the `instead` block ({search: {when_said: time, call: booking}}) when the
-    caller's latest words name a day and no time, in a booking call that has booked nothing yet and
-    has not searched that day."""
+    """When the caller's latest words name a day and no time, in a booking call that has booked
+    nothing yet: the booking tool of the `instead` block ({search: {when_said: time, call: booking}})
+    when a time was named since the booking began ("a check-up, make it half past ten" - "the
+    eighth"), else its search tool, unless that day has been searched."""
     users = [m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
     if not users:
         return None
@@ -95,22 +96,26 @@ def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
     for search, rule in policy.instead.items():
         if latest_said("day", users[-1:], today) is None or phrases_in(users[-1], rule["when_said"], today):
             continue
-        if not _booking_call(users, policy.intents, today) or _succeeded(messages, rule["call"]):
+        began = _booking_began(users, policy.intents, today)
+        if began is None or _succeeded(messages, rule["call"]):
             continue
+        if latest_said(rule["when_said"], users[began:], today) is not None:
+            return rule["call"]
         day = value_of(latest_said("day", users[-1:], today), "day", today)
         if str(day) not in _searched_days(messages, search):
             return search
     return None
 
 
-def _booking_call(users: list[str], intents: dict[str, tuple[str, ...]], today) -> bool:
-    """The newest caller turn that names a service or an intent names a service and no intent
-    ("push my checkup to thursday" is a move, "a filling on the 9th" a booking)."""
-    for text in reversed(users):
-        named, service = said_intents(text, intents), phrases_in(text, "service", today)
+def _booking_began(users: list[str], intents: dict[str, tuple[str, ...]], today) -> int | None:
+    """The index of the newest caller turn that names a service or an intent, when it names a
+    service and no intent ("push my checkup to thursday" is a move, "a filling on the 9th" a
+    booking); None when that turn is no booking or there is none."""
+    for i in range(len(users) - 1, -1, -1):
+        named, service = said_intents(users[i], intents), phrases_in(users[i], "service", today)
         if named or service:
-            return bool(service) and not named
-    return False
+            return i if service and not named else None
+    return None
 
 
 def _calls_and_results(messages: list[dict], tool: str):
