@@ -308,7 +308,7 @@ async def test_the_name_question_answered_with_a_bookings_day_is_searched_not_le
     msgs = _turn("i'm calling to set up an appointment", "a like cavity looked at please",
                  "Could we do the ninth is there a morning slot?", asked=SCENARIO.ask["patient_name"])
     assert carried_tool(msgs, SCENARIO.tools, SCENARIO.ask) == "required"
-    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("search", "find_free_slots")
+    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("day", "find_free_slots")
     msgs[-1]["content"] = "it's igor alvarez"
     assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("carried", "required")
 

@@ -52,7 +52,7 @@ def named(tool: str) -> dict:
 
 def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
     """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
-    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`) or "search"
+    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`) or "day"
     (`search_due`); tool_choice is a tool name or "required". None: the model chooses."""
     if not tools or not messages or messages[-1].get("role") != "user":
         return None
@@ -61,7 +61,7 @@ def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: Cal
         return "carried", carried
     # A caller asked for their name who names a booking's day instead is searched first.
     for why, rule in (("intent", lambda: intended_tool(messages, tools, policy.intents)),
-                      ("search", lambda: search_due(messages, policy))):
+                      ("day", lambda: search_due(messages, policy))):
         if (choice := rule()) is not None:
             return why, choice
     return ("carried", carried) if carried else None
