@@ -61,7 +61,7 @@ async def test_the_filler_comes_when_the_call_opens_and_a_slow_tool_adds_no_seco
                                                                                       filler_after_s):
     db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
     day, t = "2026-12-02", "9 am"
-    args = {"patient_name": "Jordan Lee", "date": day, "time": t}
+    args = {"patient_name": "Jordan Lee", "date": day, "time": t, "service": "checkup"}
     call = {"id": "call_1", "type": "function", "function": {"name": "book_appointment", "arguments": json.dumps(args)}}
 
     def slow_book(a: dict) -> dict:
@@ -71,7 +71,7 @@ async def test_the_filler_comes_when_the_call_opens_and_a_slow_tool_adds_no_seco
     llm = EngineLLMService(CallingBrain(call), system_instruction=SCENARIO.system_prompt_for(TODAY),
                            reasoning_effort="instant", tools={"book_appointment": slow_book},
                            filler=SCENARIO.filler, filler_after_s=filler_after_s, policy=SCENARIO.policy)
-    ctx = LLMContext([{"role": "user", "content": "book jordan lee on 2026-12-02 at 9 am"}],
+    ctx = LLMContext([{"role": "user", "content": "book jordan lee for a checkup on 2026-12-02 at 9 am"}],
                      tools=tools_schema(SCENARIO.tools))
     tap = StopAfterResponses(2)
     await run_test(Pipeline([llm, tap, LLMAssistantAggregator(ctx)]), frames_to_send=[LLMContextFrame(ctx)],

@@ -23,6 +23,8 @@ TODAY = dt.date(2026, 12, 1)
     ("make it one o'clock so", [], ["one o'clock"]),
     ("It's for Fatima Honeycutt.", [], []),
     ("later in the day would be good", [], []),
+    ("the later one please, that one works", [], []),  # a pick from a list, not one o'clock
+    ("at one please, that one", [], ["one"]),
 ])
 def test_days_and_times_are_found_whole_and_a_day_of_the_month_is_no_time(text, days, times):
     assert phrases_in(text, "day", TODAY) == days

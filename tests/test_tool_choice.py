@@ -12,6 +12,7 @@ import pytest
 
 from voice_agent.brain import Brain, TurnResult
 from voice_agent.brain.tool_choice import (
+    booking_due,
     carried_tool,
     instead_tool,
     intended_tool,
@@ -100,11 +101,13 @@ async def test_the_booking_made_instead_still_goes_through_the_ask_guard():
 
 @pytest.mark.parametrize("line", ["what do you have free on thursday", "is there anything thursday morning"])
 async def test_a_search_without_a_time_in_the_callers_latest_words_stays_a_search(line):
-    # a caller asking for free times is not booking yet: the model's own search is kept
-    brain = ChoosingBrain({None: [_call("find_free_slots", date="thursday")]})
+    # a caller asking for free times on a day is not booking yet: the turn searches that day (the
+    # search needs only the day, which these words name), not the booking of the ten o'clock before
+    brain = ChoosingBrain({"find_free_slots": [_call("find_free_slots", date="thursday")]})
     events = await _events(brain, _turn("i'd like a cleaning at ten", line))
-    assert brain.choices == [None]
+    assert brain.choices == [_named("find_free_slots")]
     assert [c["function"]["name"] for c in events[-1].result.tool_calls] == ["find_free_slots"]
+    assert events[-1].result.metrics["tool_choice"] == {"intent": "find_free_slots"}
 
 
 def test_instead_reads_only_the_callers_latest_words_and_only_listed_tools():
@@ -181,13 +184,17 @@ def _scenario(instead: object) -> dict:
     ({"find_slots": {"when_said": "time", "call": "book_appointment"}}, r"instead\.find_slots: no tool named"),
     ({"find_free_slots": {"when_said": "hour", "call": "book_appointment"}}, r"when_said must be one of day, time"),
     ({"find_free_slots": {"when_said": "time", "call": "lookup_patient"}}, r"lookup_patient takes no argument marked"),
-    ({"find_free_slots": {"when_said": "time"}}, r"must be \{when_said: kind, call: tool\}"),
+    ({"find_free_slots": {"when_said": "time"}}, r"must be \{when_said: kind, call: tool\} or \{after: tool"),
+    ({"book_appointment": {"after": "book", "call": "move_appointment"}}, r"instead\.book_appointment\.after: no tool"),
+    ({"book_appointment": {"after": "book_appointment", "when_said": "time", "call": "move_appointment"}},
+     r"must be \{when_said"),
     (["find_free_slots"], r"'instead' must map a tool name"),
 ])
 def test_the_instead_block_is_checked_when_the_scenario_loads(instead, error):
     with pytest.raises(ScenarioError, match=error):
         parse_scenario(_scenario(instead))
-    assert SCENARIO.instead == {"find_free_slots": {"when_said": "time", "call": "book_appointment"}}
+    assert SCENARIO.instead == {"find_free_slots": {"when_said": "time", "call": "book_appointment"},
+                                "book_appointment": {"after": "book_appointment", "call": "move_appointment"}}
 
 
 def _after_failed(tool: str, args: dict, error: str, reply: str, caller: str) -> list[dict]:
@@ -322,3 +329,54 @@ async def test_the_name_question_answered_with_a_bookings_day_is_searched_not_le
 def test_the_intents_block_is_checked_when_the_scenario_loads(intents, error):
     with pytest.raises(ScenarioError, match=error):
         parse_scenario({"name": "t", "system_prompt": "s", "tools": SCENARIO.tools, "intents": intents})
+
+
+def _booked(name: str, day: str, time: str, *lines: str) -> list[dict]:
+    """A call where `name` was booked (the tool said so) and the caller then said `lines`."""
+    args = {"patient_name": name.lower(), "date": day, "time": time, "service": "checkup"}
+    msgs = _turn("a checkup on the ninth at nine for " + name.lower())
+    msgs += [{"role": "assistant", "tool_calls": [_call("book_appointment", **args)]},
+             {"role": "tool", "tool_call_id": "call_1",
+              "content": json.dumps({"booked": True, "patient_name": name, "date": "2026-12-09", "time": "09:00"})},
+             {"role": "assistant", "content": "You're booked. Anything else?"}]
+    return msgs + [{"role": "user", "content": line} for line in lines]
+
+
+async def test_a_second_booking_for_the_caller_just_booked_is_a_move():
+    # seed-1 gen_042: "actually can we make it 9:30" was booked again, leaving 9:00 and 9:30
+    msgs = _booked("Beatriz Dlamini", "the ninth", "nine", "actually can we make it 9:30")
+    rebook = _call("book_appointment", patient_name="Beatriz Dlamini", date="2026-12-09", time="9:30",
+                   service="checkup")
+    move = _call("move_appointment", patient_name="Beatriz Dlamini", new_date="2026-12-09", new_time="9:30")
+    assert instead_tool([rebook], msgs, SCENARIO.instead) == "move_appointment"
+    brain = ChoosingBrain({None: [rebook], "move_appointment": [move]})
+    events = await _events(brain, msgs)
+    assert brain.choices == [None, _named("move_appointment")]
+    assert [c["function"]["name"] for c in events[-1].result.tool_calls] == ["move_appointment"]
+    assert events[-1].result.metrics["tool_choice"]["instead"] == "move_appointment"
+    # another patient's booking, or a first booking, stays a booking
+    other = _call("book_appointment", patient_name="leo dlamini", date="friday", time="ten", service="checkup")
+    assert instead_tool([other], _booked("Beatriz Dlamini", "the ninth", "nine", "and one for my son leo dlamini "
+                                         "friday at ten"), SCENARIO.instead) is None
+    assert instead_tool([rebook], _turn("a checkup on the ninth at 9:30 for beatriz dlamini"), SCENARIO.instead) is None
+
+
+def test_a_search_for_free_times_on_a_named_day_is_the_turns_tool():
+    # seed-1 gen_022: "when are you free the 7th" got "The 7th is the time I can come in"
+    msgs = _turn("when are you free the 7th the like name is jia sokolov")
+    assert intended_tool(msgs, SCENARIO.tools, SCENARIO.intents) == "find_free_slots"
+    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("intent", "find_free_slots")
+    # no day named: the search has nothing to search, so the model answers (it asks which day)
+    assert intended_tool(_turn("when are you free"), SCENARIO.tools, SCENARIO.intents) is None
+
+
+def test_a_time_named_after_the_bookings_day_books():
+    # seed-1 gen_009: v7 moved an appointment Kai never had
+    msgs = _turn("i was hoping to book a whitening session could we do december eighth", "is there a morning slot",
+                 "make it ten o'clock it's for kai achterberg")
+    assert booking_due(msgs, SCENARIO.policy) == "book_appointment"
+    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("time", "book_appointment")
+    # no day named since the booking began, or a move, or a day named too: not this rule's turn
+    assert booking_due(_turn("a whitening please", "make it ten o'clock"), SCENARIO.policy) is None
+    assert booking_due(_turn("can i move my checkup to thursday", "make it ten"), SCENARIO.policy) is None
+    assert booking_due(_turn("a whitening on december eighth", "ten on the ninth"), SCENARIO.policy) is None

@@ -54,6 +54,8 @@ _DAY_VOCAB = _DAY_NAMES | set(_UNITS) | set(_ORDINALS) | {"the", "of", "next", "
 # "check" is left out: "can you check thursday" names no service.
 _SERVICE_PHRASES = sorted((w for words in SERVICE_WORDS.values() for w in words if w != "check"), key=len, reverse=True)
 _SERVICE_RE = re.compile(r"\b(" + "|".join(re.escape(w) for w in _SERVICE_PHRASES) + r")\b")
+_ONE_OF = {"that", "this", "which", "later", "earlier", "first", "last", "other", "next", "second", "third",
+           "any", "no", "each", "morning", "afternoon", "early", "late", "best", "same"}
 _TIME_VOCAB = {"am", "pm", "a", "m", "p", "in", "the", "morning", "afternoon", "evening", "o'clock", "oclock",
                "sharp", "half", "quarter", "past", "to", "oh", "noon", "midday"}
 
@@ -96,6 +98,8 @@ def is_time_phrase(words: list[str], before: str = "") -> bool:
     if not all(w in _TIME_VOCAB or _is_number(w) for w in words):  # the parser skips words it does not know
         return False
     if before in _MONTHS or before == "the":  # "december 10", "the 9": a day of the month
+        return False
+    if text == "one" and before in _ONE_OF:  # "the later one", "that one": a pick, not one o'clock
         return False
     try:
         parse_time(text)
@@ -252,6 +256,12 @@ def _name_after(words: list[str]) -> list[str]:
     return name
 
 
+def only_calendar_words(text: str) -> bool:
+    """`text` is made of day and time words only ("december", "december of december"): no name."""
+    words = [w for w in _words(text.lower()) if w not in HESITATIONS]
+    return bool(words) and all(w in _DAY_VOCAB or w in _TIME_VOCAB for w in words)
+
+
 def said_intents(text: str, intents: dict[str, tuple[str, ...]]) -> set[str]:
     """The tools of `intents` ({tool: phrases}) whose phrases `text` says, as whole words ("call off my
     visit" says cancel_appointment's "call off"; apostrophes are ignored, so "cant" is "can't")."""
@@ -264,4 +274,4 @@ PHRASE_KINDS = ("day", "time", "service")
 CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
 
 __all__ = ["CHOSEN_KINDS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
-           "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]
+           "only_calendar_words", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -35,7 +35,7 @@ class ScenarioError(ValueError):
 class CallPolicy:
     """The scenario's rules for a call's turns (prompts/*.yaml), the same in every framework:
     `ask` (argument -> the question to ask when nobody said it: brain/ask_guard.py), `instead` (tool ->
-    {when_said: kind, call: other tool}) and `intents` (tool -> the caller's phrases that ask for it),
+    {when_said: kind, call: other tool} or {after: tool, call: other tool}) and `intents` (tool -> the caller's phrases that ask for it),
     both read by brain/tool_choice.py."""
 
     ask: dict[str, str] = field(default_factory=dict)
@@ -195,23 +195,32 @@ def _parse_ask(ask: Any, tools: list[dict], where: str) -> dict[str, str]:
 
 
 def _parse_instead(instead: Any, tools: list[dict], where: str) -> dict[str, dict[str, str]]:
-    """`tool: {when_said: kind, call: other}`; `other` must take a grounded argument of that kind."""
+    """`tool: {when_said: kind, call: other}` (`other` must take a grounded argument of that kind) or
+    `tool: {after: done, call: other}` (a call to `tool` for the patient `done` already succeeded for
+    in this call is made as `other`)."""
     if instead is None:
         return {}
+    shape = "{when_said: kind, call: tool} or {after: tool, call: tool}"
     if not isinstance(instead, dict):
-        raise ScenarioError(f"{where}: 'instead' must map a tool name to {{when_said: kind, call: tool}}")
+        raise ScenarioError(f"{where}: 'instead' must map a tool name to {shape}")
     props = {t["function"]["name"]: t["function"]["parameters"].get("properties") or {} for t in tools}
     out = {}
     for tool, rule in instead.items():
         if tool not in props:
             raise ScenarioError(f"{where}: instead.{tool}: no tool named {tool!r}; known: {', '.join(sorted(props))}")
-        if not isinstance(rule, dict) or set(rule) != {"when_said", "call"}:
-            raise ScenarioError(f"{where}: instead.{tool} must be {{when_said: kind, call: tool}}")
-        kind, other = rule["when_said"], rule["call"]
-        if kind not in PHRASE_KINDS:
-            raise ScenarioError(f"{where}: instead.{tool}.when_said must be one of {', '.join(PHRASE_KINDS)}; got {kind!r}")
+        if not isinstance(rule, dict) or set(rule) not in ({"when_said", "call"}, {"after", "call"}):
+            raise ScenarioError(f"{where}: instead.{tool} must be {shape}")
+        other = rule["call"]
         if other not in props or other == tool:
             raise ScenarioError(f"{where}: instead.{tool}.call: no other tool named {other!r}")
+        if "after" in rule:
+            if rule["after"] not in props:
+                raise ScenarioError(f"{where}: instead.{tool}.after: no tool named {rule['after']!r}")
+            out[str(tool)] = {"after": str(rule["after"]), "call": str(other)}
+            continue
+        kind = rule["when_said"]
+        if kind not in PHRASE_KINDS:
+            raise ScenarioError(f"{where}: instead.{tool}.when_said must be one of {', '.join(PHRASE_KINDS)}; got {kind!r}")
         if not any(isinstance(spec, dict) and spec.get(GROUNDED_KEY) == kind for spec in props[other].values()):
             raise ScenarioError(f"{where}: instead.{tool}.call: {other} takes no argument marked {GROUNDED_KEY}: {kind}")
         out[str(tool)] = {"when_said": str(kind), "call": str(other)}

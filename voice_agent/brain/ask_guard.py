@@ -13,10 +13,14 @@ A typed argument (`x-grounded: day` or `time`) must also be a phrase of its kind
 that nobody said ("1:00" for "half past one"), first takes the caller's own phrase of that kind from
 their latest words that name one (voice_agent/said_phrases.py); only when there is none, or two
 different ones, is the question asked; a phrase the caller refused ("eleven, not ten") does not
-count as said. A service (`x-grounded: service`) is a choice from an enum,
-not a copy: when the caller's latest words that name a service name another one, theirs is taken.
+count as said, and a day or time that was said but is not the one the caller's newest words name
+("noon would be great", booked at 12:30 read from the tool's free times: seed-1 gen_005) takes
+theirs. A service (`x-grounded: service`) is a choice from an enum,
+not a copy: when the caller's latest words that name a service name another one, theirs is taken;
+when the caller never named one and the `ask` block has a question for it, that is asked (a booking
+that left the service out was booked as a checkup).
 A copied name loses the hesitations ASR wrote into it ("karin um das"); one that is only a
-hesitation, a day or a time is no name. A name argument (`name` or `*_name`) the caller never said, or
+hesitation, a day or a time, or only day words ("december of december"), is no name. A name argument (`name` or `*_name`) the caller never said, or
 no name, takes the name the caller gave ("the name is karin das", said_phrases.said_name) and is
 asked for only when they gave none; a copy of part of it ("tomasz" for "it's tomasz nowak") takes it
 whole, since the clinic finds and books patients by their full name.
@@ -41,12 +45,14 @@ from voice_agent.said_phrases import (
     as_argument,
     is_phrase,
     latest_said,
+    only_calendar_words,
     refused_latest,
     said_name,
     value_of,
 )
 from voice_agent.scenarios import ask_question, today_of
 
+TYPED_COPIES = ("day", "time")  # copied phrases; the caller's latest words of the kind win over any other said one
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
 NAME_ARGUMENT = re.compile(r"(^|_)name$")  # a free-text argument that holds a person's name
@@ -87,9 +93,10 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
         changed = False
         for key, kind in kinds.items():
             question = ask_question(ask, fn["name"], key)
-            if key not in args or (question is None and kind not in PHRASE_KINDS):
+            asked_choice = kind in CHOSEN_KINDS and question is not None  # asked for even when left out
+            if (key not in args and not asked_choice) or (question is None and kind not in PHRASE_KINDS):
                 continue
-            value = args[key]
+            value = args.get(key)
             if kind == "text" and isinstance(value, str) and (fluent := _without_fillers(value)) != value:
                 mended.append(Mended(fn["name"], key, value, fluent))
                 args[key] = value = fluent
@@ -97,24 +104,35 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
             given = said_name(users) if kind == "text" and NAME_ARGUMENT.search(key) else None
             if kind in CHOSEN_KINDS:  # a choice, not a copy: what the caller's latest words chose wins
                 said = latest_said(kind, users, today)
+                if said is None and asked_choice:  # the caller never chose: ask, as the policy does
+                    return mended, Unsaid(fn["name"], key, _written(value), question)
                 if said is None or _same(value, said, kind, today):
                     continue
             elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
                   and not (kind == "text" and _no_name(value, today)) and not _refused(value, kind, users, today)):
-                if given is None or not _part_of(value, given):
+                own = latest_said(kind, users[-1:], today) if kind in TYPED_COPIES else None
+                if own is not None and not _same(value, own, kind, today):
+                    said = own  # a time read from the tool's free list is not the one the caller just chose
+                elif given is None or not _part_of(value, given):
                     continue
-                said = given
+                else:
+                    said = given
             else:
                 said = latest_said(kind, users, today) if kind in PHRASE_KINDS else given
             if said is not None:
                 taken = as_argument(said, kind, today)
-                mended.append(Mended(fn["name"], key, str(value), taken))
+                mended.append(Mended(fn["name"], key, _written(value), taken))
                 args[key], changed = taken, True
             elif question is not None:
-                return mended, Unsaid(fn["name"], key, str(value), question)
+                return mended, Unsaid(fn["name"], key, _written(value), question)
         if changed:
             fn["arguments"] = json.dumps(args) if isinstance(fn.get("arguments"), str) else args
     return mended, None
+
+
+def _written(value: object) -> str:
+    """An argument's value as written; "" for one the call left out."""
+    return "" if value is None else str(value)
 
 
 def unsaid_argument(calls: list[dict], tools: list[dict], messages: list[dict], ask: dict[str, str]) -> Unsaid | None:
@@ -169,9 +187,10 @@ def _refused(value: str, kind: str, users: list[str], today: dt.date) -> bool:
 
 def _no_name(value: str, today: dt.date) -> bool:
     """Free text that is only hesitations, or a day or a time: "December 7th", copied from a tool
-    result into `patient_name` (held-out hw_weekend_request), booked a patient of that name."""
+    result into `patient_name` (held-out hw_weekend_request), booked a patient of that name; or
+    day words alone ("december of december", seed-1 gen_035, gen_058)."""
     return (all(w.lower().strip(",.") in HESITATIONS for w in value.split())
-            or is_phrase(value, "day", today) or is_phrase(value, "time", today))
+            or is_phrase(value, "day", today) or is_phrase(value, "time", today) or only_calendar_words(value))
 
 
 def _same(value: object, said: str, kind: str, today: dt.date) -> bool:

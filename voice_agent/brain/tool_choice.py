@@ -19,7 +19,8 @@ writes the arguments, which the ask guard checks as always:
   day and you want instead?" (held-out gen_003, gen_008, gen_039).
 - **The caller's words name the intent** (the scenario's `intents` block: "call off my visit" is
   cancel_appointment). When the caller's latest words name one tool's phrases only, and that tool
-  needs nothing but the name, the turn calls it; without a name the ask guard asks the tool's own
+  needs nothing but the name, or only days and times that these words name ("when are you free the
+  7th"), the turn calls it; without a name the ask guard asks the tool's own
   name question, which carries the next turn. v7 looked up a caller who said "call off my visit" and
   answered "what time is my visit" with the clinic's payment methods (held-out gen_006, gen_020,
   gen_028, gen_040: phrasings it never trained on).
@@ -29,7 +30,10 @@ writes the arguments, which the ask guard checks as always:
   search tool of the `instead` block (find_free_slots), unless that day has been searched. The
   training policy reads a day's free times before it asks the time or the name; v7 asked "What time
   would suit you?" straight away (held-out gen_013, gen_027) and the sample call's "a teeth cleaning
-  for next Tuesday" got "What day would you like to come in?".
+  for next Tuesday" got "What day would you like to come in?". Likewise a time named without a day,
+  once the booking's day was named, books (v7 moved an appointment the caller never had).
+- **A second booking for the caller just booked is a move** (`instead: {after: ..., call: ...}`):
+  "actually can we make it 9:30" after the booking was booked again, leaving two appointments.
 - **A failed call is made again when the caller answers what it lacked.** After "9 am is already
   taken. Free times that day include 9:30 am ...", "half past nine would work too" goes to the
   booking again (v7 cancelled instead: held-out hw_book_taken_slot), when the caller's answer names
@@ -41,6 +45,7 @@ from __future__ import annotations
 import json
 
 from engine.grounding import GROUNDED_KEY
+from voice_agent.brain.ask_guard import NAME_ARGUMENT
 from voice_agent.said_phrases import latest_said, phrases_in, said_intents, value_of
 from voice_agent.scenarios import CallPolicy, today_of
 
@@ -52,8 +57,8 @@ def named(tool: str) -> dict:
 
 def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
     """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
-    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`) or "day"
-    (`search_due`); tool_choice is a tool name or "required". None: the model chooses."""
+    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`), "day"
+    (`search_due`) or "time" (`booking_due`); tool_choice is a tool name or "required". None: the model chooses."""
     if not tools or not messages or messages[-1].get("role") != "user":
         return None
     carried = carried_tool(messages, tools, policy.ask)
@@ -61,7 +66,8 @@ def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: Cal
         return "carried", carried
     # A caller asked for their name who names a booking's day instead is searched first.
     for why, rule in (("intent", lambda: intended_tool(messages, tools, policy.intents)),
-                      ("day", lambda: search_due(messages, policy))):
+                      ("day", lambda: search_due(messages, policy)),
+                      ("time", lambda: booking_due(messages, policy))):
         if (choice := rule()) is not None:
             return why, choice
     return ("carried", carried) if carried else None
@@ -79,7 +85,14 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
     tool = named.pop()
     params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
     required = params.get("required") or []
-    if len(required) == 1 and (params.get("properties") or {}).get(required[0], {}).get(GROUNDED_KEY) is True:
+    props = params.get("properties") or {}
+    if len(required) == 1 and props.get(required[0], {}).get(GROUNDED_KEY) is True:
+        return tool
+    # A tool that needs only days and times, all of them named in these words ("when are you free
+    # the 7th": find_free_slots; v7 answered "The 7th is the time I can come in", seed-1 gen_022).
+    kinds = [props.get(key, {}).get(GROUNDED_KEY) for key in required]
+    today = today_of(messages)
+    if kinds and all(k in ("day", "time") and phrases_in(latest, k, today) for k in kinds):
         return tool
     return None
 
@@ -94,6 +107,8 @@ def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
         return None
     today = today_of(messages)
     for search, rule in policy.instead.items():
+        if "when_said" not in rule:
+            continue
         if latest_said("day", users[-1:], today) is None or phrases_in(users[-1], rule["when_said"], today):
             continue
         began = _booking_began(users, policy.intents, today)
@@ -104,6 +119,26 @@ def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
         day = value_of(latest_said("day", users[-1:], today), "day", today)
         if str(day) not in _searched_days(messages, search):
             return search
+    return None
+
+
+def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
+    """When the caller's latest words name a time and no day, in a booking call that has booked
+    nothing yet and named its day since it began: the booking tool of the `instead` block ("a
+    whitening on december eighth" - "is there a morning slot" - "make it ten o'clock it's for kai
+    achterberg": v7 moved an appointment Kai never had, seed-1 gen_009)."""
+    users = [m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    if not users:
+        return None
+    today = today_of(messages)
+    for rule in policy.instead.values():
+        kind = rule.get("when_said")
+        if kind is None or latest_said(kind, users[-1:], today) is None or phrases_in(users[-1], "day", today):
+            continue
+        began = _booking_began(users, policy.intents, today)
+        if began is not None and not _succeeded(messages, rule["call"]) and phrases_in(
+                " ".join(users[began:]), "day", today):
+            return rule["call"]
     return None
 
 
@@ -210,9 +245,11 @@ def _always_required_text(argument: str, params: dict[str, dict]) -> bool:
 
 
 def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dict[str, str]]) -> str | None:
-    """The tool to call in place of `calls`, by the scenario's `instead` block ({tool: {when_said: kind,
-    call: other}}): the first call to a listed tool made while the caller's latest words name a
-    phrase of that kind."""
+    """The tool to call in place of `calls`, by the scenario's `instead` block: the first call to a
+    listed tool made while the caller's latest words name a phrase of the rule's kind
+    ({when_said: kind, call: other}), or made for a patient whom the rule's `after` tool already
+    served in this call ({after: tool, call: other}: a second booking for the caller just booked
+    is their booking moved; seed-1 gen_042, gen_055 were booked twice)."""
     if not calls or not instead:
         return None
     latest = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
@@ -220,10 +257,36 @@ def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dic
         return None
     today = today_of(messages)
     for call in calls:
-        rule = instead.get(call.get("function", {}).get("name", ""))
-        if rule and phrases_in(latest, rule["when_said"], today):
+        fn = call.get("function", {})
+        rule = instead.get(fn.get("name", ""))
+        if not rule:
+            continue
+        if "when_said" in rule and phrases_in(latest, rule["when_said"], today):
+            return rule["call"]
+        if "after" in rule and _names_of(fn.get("arguments")) & _served(messages, rule["after"]):
             return rule["call"]
     return None
 
 
-__all__ = ["carried_tool", "instead_tool", "intended_tool", "named", "search_due", "turn_tool_choice"]
+def _names_of(arguments: object) -> set[str]:
+    """The name arguments' values of a call ("patient_name": "Beatriz Dlamini"), lowercased."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return set()
+    if not isinstance(arguments, dict):
+        return set()
+    return {" ".join(str(v).lower().split()) for k, v in arguments.items() if NAME_ARGUMENT.search(k) and v}
+
+
+def _served(messages: list[dict], tool: str) -> set[str]:
+    """The names that calls to `tool` in `messages` succeeded for (the call's and the result's)."""
+    out: set[str] = set()
+    for args, result in _calls_and_results(messages, tool):
+        if isinstance(result, dict) and not _failed(result):
+            out |= _names_of(args) | _names_of(result)
+    return out
+
+
+__all__ = ["booking_due", "carried_tool", "instead_tool", "intended_tool", "named", "search_due", "turn_tool_choice"]

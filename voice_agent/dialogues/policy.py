@@ -16,7 +16,7 @@ _SCENARIO_ASK = load_scenario("dental_receptionist").ask  # one home: the agent 
 INTENT_TOOL = {"book": "book_appointment", "move": "move_appointment", "cancel": "cancel_appointment",
                "lookup": "lookup_patient"}
 ASK = {
-    "service": "Sure. What is the visit for: a checkup, a cleaning, a filling, whitening or an emergency?",
+    "service": _SCENARIO_ASK["book_appointment.service"],
     "day": _SCENARIO_ASK["date"],
     "time": _SCENARIO_ASK["time"],
     "name": _SCENARIO_ASK["patient_name"],
