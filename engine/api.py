@@ -282,20 +282,21 @@ class Engine:
         loop.remove(req)  # prefilled only: the row stays the call's
         return session.hold(req.tokens, guess=guess)
 
-    def run(self, req: Request) -> Iterator[StreamEvent]:
+    def run(self, req: Request, stop: threading.Event | None = None) -> Iterator[StreamEvent]:
         """Decode one prepared request by itself, over its call's own cache (or a fresh one)."""
         cache = req.session.cache if req.session is not None else self.new_cache()
-        return DecodeLoop(self, cache).run(req)
+        return DecodeLoop(self, cache).run(req, stop)
 
-    def stream(self, messages, **kw) -> Iterator[StreamEvent]:
-        """Yield reasoning/answer text as blocks are committed, then a "done" event with the result."""
+    def stream(self, messages, stop: threading.Event | None = None, **kw) -> Iterator[StreamEvent]:
+        """Yield reasoning/answer text as blocks are committed, then a "done" event with the result.
+        `stop`: set it to end the turn after the current forward pass (a barge-in, a guess dropped)."""
         req = self.prepare(messages, **kw)
         session = req.session
         lock = session.lock if session is not None else self._lock
         if not lock.acquire(timeout=60):
             raise SessionBusy("this session is busy with another turn")
         try:
-            yield from self.run(req)
+            yield from self.run(req, stop)
         finally:
             lock.release()
 

@@ -13,6 +13,7 @@ its own admission and fault policy; eval and the teacher over a batch of prompts
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -198,12 +199,16 @@ class DecodeLoop:
             self.remove(req)
 
     # -- whole runs -------------------------------------------------------------------------------------
-    def run(self, req: Request) -> Iterator[StreamEvent]:
-        """One request, prefill to result: its events, then "done"."""
+    def run(self, req: Request, stop: threading.Event | None = None) -> Iterator[StreamEvent]:
+        """One request, prefill to result: its events, then "done". `stop` set: the request ends
+        after the current pass (abandoned, its cache kept), even in a stretch of steps that commit
+        nothing to stream, such as a tool call's arguments."""
         finished = False
         try:
             self.admit([self.plan(req)])
             while not req.state.done:
+                if stop is not None and stop.is_set():
+                    return
                 self.step()
                 yield from req.absorb()
             events, result = self.finish(req)

@@ -70,3 +70,46 @@ def test_a_blip_that_the_vad_drops_ends_the_turn_once_it_is_dropped():
     ended, after, holds = asyncio.run(_run(VADState.STARTING, VADState.QUIET))
     assert ended and holds == 1
     assert TIMEOUT_S + 0.05 <= after < TIMEOUT_S + 0.15  # when the VAD went back to quiet
+
+
+async def _after_a_wordless_segment(heard_nothing: bool) -> float:
+    """The caller's line is transcribed; then a short segment with no words (a breath) starts and
+    ends. Returns how long after that segment's VAD stop the turn ended (the STT reports a p99 of
+    1.0 s, as ours does)."""
+    from pipecat.frames.frames import STTMetadataFrame
+
+    from voice_agent.services.stt import SegmentHeardNothingFrame
+
+    strategy = HoldOnSpeechStopStrategy(vad=FakeVAD(), max_hold_s=0.25, user_speech_timeout=TIMEOUT_S)
+    await strategy.setup(FrameProcessorSetup(clock=None, pipeline_worker=None,
+                                              task_manager=TaskManager(loop=asyncio.get_running_loop())))
+    loop = asyncio.get_running_loop()
+    stopped: list[float] = []
+
+    @strategy.event_handler("on_user_turn_stopped")
+    async def _stopped(_strategy, _params):
+        stopped.append(loop.time())
+
+    await strategy.process_frame(STTMetadataFrame(service_name="stt", ttfs_p99_latency=1.0))
+    await strategy.handle_user_turn_started()
+    await strategy.process_frame(VADUserStartedSpeakingFrame(start_secs=0.2))
+    await strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=0.2))
+    tr = TranscriptionFrame("hi i'd like a cleaning", "", "now")
+    tr.finalized = True
+    await strategy.process_frame(tr)
+    await strategy.process_frame(VADUserStartedSpeakingFrame(start_secs=0.2))  # the breath
+    await asyncio.sleep(0.05)
+    t0 = loop.time()
+    await strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=0.2))
+    await asyncio.sleep(0.02)
+    if heard_nothing:
+        await strategy.process_frame(SegmentHeardNothingFrame())
+    await asyncio.sleep(1.0)
+    await strategy.cleanup()
+    return stopped[0] - t0 if stopped else -1.0
+
+
+def test_a_segment_with_no_words_ends_the_stt_wait_at_once():
+    # sample call turn 1: a breath after the line made Pipecat wait 0.8 s (p99 - stop_secs) for text
+    assert TIMEOUT_S <= asyncio.run(_after_a_wordless_segment(True)) < TIMEOUT_S + 0.05
+    assert asyncio.run(_after_a_wordless_segment(False)) >= 0.8 - 0.01  # without the frame: the wait

@@ -70,6 +70,9 @@ class CallOptions:
                               "KV cache when the call starts (the first turn then prefills them)", action="store_false")
     speculative_prefill: bool = knob(True, "--no-speculative-prefill", "do not prefill the caller's words while the "
                                      "end of the turn is still being decided", action="store_false")
+    decode_ahead: bool = knob(True, "--no-decode-ahead", "with the speculative prefill: do not also decode the answer "
+                              "to the caller's words before the turn is decided (held unspoken until it is)",
+                              action="store_false")
     precision: str | None = knob(None, "--precision", "engine precision; unset: $VOICE_AGENT_PRECISION, else auto",
                                  choices=PRECISIONS)
     engine_threads: int | None = knob(None, "--engine-threads", "torch CPU threads for the engine; unset: torch's choice",
@@ -127,7 +130,7 @@ class CallOptions:
 # The flag sets the commands share (each command adds its own on top).
 LLM_FLAGS = ("model", "reasoning_effort", "max_tokens", "temperature", "filler_after_s",
              "llm_url", "llm_model", "llm_api_key", "llm_timeout_s", "warm_prefill", "speculative_prefill",
-             "precision", "engine_threads")
+             "decode_ahead", "precision", "engine_threads")
 SPEECH_FLAGS = ("stt_model", "tts", "tts_voice_path", "tts_model_dir", "first_clause_words", "smart_turn", "vad_stop_secs",
                 "vad_start_secs", "vad_min_volume", "allow_interruptions", "greeting")
 LIVE_CALL_FLAGS = ("scenario", *LLM_FLAGS, *SPEECH_FLAGS, "db_path")  # mic, phone, room

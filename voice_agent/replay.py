@@ -371,6 +371,7 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "stt_window": opts.stt_window,
                             "early_stt": opts.early_stt,
                             "warm_prefill": opts.warm_prefill,
+                            "decode_ahead": opts.speculative_prefill and opts.decode_ahead,
                             "stt": _totals(calls, "stt"),
                             "speculative_prefill": _totals(calls, "speculative_prefill"),
                             "first_clause_words": opts.first_clause_words,
@@ -427,6 +428,9 @@ def print_summary(report: dict, out_dir: Path) -> None:
     if spec:
         print(f"speculative prefill: {spec.get('used', 0)} of {spec.get('started', 0)} used "
               f"({spec.get('wasted', 0)} wasted, {spec.get('skipped', 0)} skipped)")
+        if spec.get("decoded"):
+            print(f"decoded ahead: {spec.get('decode_used', 0)} of {spec['decoded']} guesses answered their turn "
+                  f"({spec.get('decode_wasted', 0)} cancelled)")
     for call in report["calls"]:
         if call.get("error"):
             print(f"FAILED INPUT {call['error']}")

@@ -29,6 +29,10 @@ class SpeculationStats:
     skipped: int = 0   # not run: the session was busy with a turn, or the guess would crop its prompt
     used: int = 0      # the turn came with exactly the words prefilled
     wasted: int = 0    # the turn's words differed: the prefill past their common prefix was thrown away
+    # Decodes ahead (voice_agent/brain/ahead.py), counted by the service that starts them:
+    decoded: int = 0        # the caller's words as heard, decoded before the turn was decided
+    decode_used: int = 0    # the turn came with exactly those words: its answer was already decoding
+    decode_wasted: int = 0  # it did not (or the call ended first): the decode was cancelled
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -129,7 +133,9 @@ class EngineBrain(Brain):
 
         def work() -> None:
             try:
-                gen = self.engine.stream(messages, session=self.session, **params)
+                # `stop` ends the decode after its current pass, also inside a tool call (which
+                # streams nothing, so the check below alone could let it run on for a second).
+                gen = self.engine.stream(messages, session=self.session, stop=stop, **params)
                 try:
                     for ev in gen:
                         if stop.is_set():

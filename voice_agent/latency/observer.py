@@ -239,8 +239,10 @@ class TurnLatencyObserver(BaseObserver):
                 turn.filler_text = f"{turn.filler_text} {frame.text}".strip()
         elif type(frame).__name__ == "EngineMetricsFrame":
             metrics = dict(getattr(frame, "metrics", {}) or {})
-            # The frame comes when the engine call ends; it belongs to the turn it started in.
-            started = now - float(metrics.get("total_ms") or 0.0) / 1000
+            # The frame comes when the engine call ends; it belongs to the turn it started in. A call
+            # decoded ahead (voice_agent/brain/ahead.py) started decoded_ahead_ms before its turn.
+            ahead_s = float(metrics.get("decoded_ahead_ms") or 0.0) / 1000
+            started = now - float(metrics.get("total_ms") or 0.0) / 1000 + ahead_s
             owner = next((t for t in reversed(self.turns)
                           if any(r <= started + 0.05 for r in t.llm_requests)), turn)
             if owner.llm_request is None or started + 0.05 < owner.llm_request:
@@ -248,7 +250,8 @@ class TurnLatencyObserver(BaseObserver):
             else:
                 owner.engine.append(metrics)
                 if owner.first_token is None and metrics.get("ttft_ms") is not None:
-                    owner.first_token = max(started, owner.llm_request) + float(metrics["ttft_ms"]) / 1000
+                    owner.first_token = (max(started, owner.llm_request)
+                                         + max(0.0, float(metrics["ttft_ms"]) / 1000 - ahead_s))
             reasoning = getattr(frame, "reasoning", None) or getattr(src, "last_reasoning", "")
             if reasoning:
                 owner.reasoning = f"{owner.reasoning}\n{reasoning}".strip()

@@ -116,8 +116,9 @@ class CallFactory:
                 "turn_detection": inference.TurnDetector(version=TURN_DETECTOR_VERSION),
                 "interruption": {"mode": "vad"},
                 # LiveKit's own way to get ahead of the turn: the LLM starts on the final transcript
-                # before the end of the turn is confirmed (the engine keeps the prefix if it stands).
-                "preemptive_generation": {"enabled": self.cfg.speculative_prefill},
+                # before the end of the turn is confirmed (the engine keeps the prefix if it stands),
+                # as the Pipecat pipelines' decode ahead does (voice_agent/brain/ahead.py).
+                "preemptive_generation": {"enabled": self.cfg.speculative_prefill and self.cfg.decode_ahead},
             },
         )
         return session, ScenarioAgent(self.scenario, self.handlers, warm=self.cfg.warm_prefill)

@@ -54,6 +54,7 @@ from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from engine import EFFORTS
 from voice_agent.brain import Brain, BrainError, TurnResult
+from voice_agent.brain.ahead import TurnAhead
 from voice_agent.brain.engine_bridge import EngineBrain
 from voice_agent.config import CallOptions
 from voice_agent.scenarios import CallPolicy
@@ -89,12 +90,14 @@ class EngineLLMService(LLMService):
                  temperature: float = _DEFAULTS.temperature, tools: dict[str, ToolFn] | None = None,
                  filler: str = "", filler_after_s: float = _DEFAULTS.filler_after_s,
                  apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
-                 policy: CallPolicy | None = None, **kwargs: Any) -> None:
+                 policy: CallPolicy | None = None, decode_ahead: bool = False, **kwargs: Any) -> None:
         """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
         with `session` or a fresh one). `policy`: the scenario's ask, instead and intents blocks
         (`Scenario.policy`): a call whose grounded argument nobody said is replaced by its question
         (voice_agent/brain/ask_guard.py), and the tool a turn must call is named where the
-        conversation has decided it (voice_agent/brain/tool_choice.py)."""
+        conversation has decided it (voice_agent/brain/tool_choice.py). `decode_ahead`: `speculate`
+        decodes the turn as heard, not only prefills it (voice_agent/brain/ahead.py; the in-process
+        engine only)."""
         _check_effort(reasoning_effort)
         self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
@@ -112,6 +115,8 @@ class EngineLLMService(LLMService):
         self.turn_metrics: list[dict] = []
         self.last_reasoning = ""
         self.fillers_spoken = 0
+        self.decode_ahead = decode_ahead and self.brain.session is not None
+        self._ahead: TurnAhead | None = None  # the latest guess at the turn being heard
         self._held_turn = False   # the filler was spoken when the model opened a call, this caller turn
         self._held_round = False  # ... in this LLM round (a slow tool then needs no second one)
         self._register_event_handler("on_engine_metrics")
@@ -145,6 +150,7 @@ class EngineLLMService(LLMService):
         return True
 
     async def cleanup(self) -> None:
+        await self._drop_ahead()
         await super().cleanup()
         await self.brain.aclose()  # the call is over: a remote brain's connections go
 
@@ -189,10 +195,27 @@ class EngineLLMService(LLMService):
 
     async def speculate(self, context: LLMContext, heard: str) -> None:
         """Start a speculative prefill of the turn `context` will get if the caller's words so far
-        (`heard`, joined as the user aggregator joins them) end it."""
-        messages, tools, _ = await self._request(context)
-        messages.append({"role": "user", "content": heard})
-        self.brain.prefill_ahead(messages, tools=tools, reasoning_effort=self.reasoning_effort)
+        (`heard`, joined as the user aggregator joins them) end it; with `decode_ahead`, decode that
+        turn too, held until the turn is decided (`_stream` takes it when the turn is this guess)."""
+        messages, tools, choice = await self._request(context, heard=heard)
+        if not self.decode_ahead:
+            self.brain.prefill_ahead(messages, tools=tools, reasoning_effort=self.reasoning_effort)
+            return
+        if self._ahead is not None:
+            self._count("decode_wasted")  # the caller said more: the guess before this one is dropped
+        self._ahead = TurnAhead(self.brain, messages, self._turn_kwargs(tools, choice), after=self._ahead)
+        self._count("decoded")
+
+    def _count(self, what: str) -> None:
+        stats = getattr(self.brain, "speculation", None)
+        if stats is not None:
+            setattr(stats, what, getattr(stats, what) + 1)
+
+    async def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self._count("decode_wasted")
+            await ahead.cancel()
 
     # -- frames -----------------------------------------------------------------------------
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -224,9 +247,7 @@ class EngineLLMService(LLMService):
         if not messages or messages[-1]["role"] == "user":
             self._held_turn = False
         self._held_round = False
-        kwargs = dict(tools=tools, tool_choice=tool_choice, reasoning_effort=self.reasoning_effort,
-                      max_tokens=int(self._settings.max_tokens or _DEFAULTS.max_tokens),
-                      temperature=float(self._settings.temperature or 0.0))
+        kwargs = self._turn_kwargs(tools, tool_choice)
         await self.start_ttfb_metrics()
         result, answered = await self._stream(messages, kwargs)
         await self._report(result)
@@ -243,10 +264,19 @@ class EngineLLMService(LLMService):
                 logger.warning(f"{self}: invalid tool call(s): {result.tool_errors}")
             await self._push_llm_text(self.no_answer)
 
-    async def _request(self, context: LLMContext) -> tuple[list[dict], list[dict] | None, Any]:
+    def _turn_kwargs(self, tools: list[dict] | None, tool_choice: Any) -> dict[str, Any]:
+        return dict(tools=tools, tool_choice=tool_choice, reasoning_effort=self.reasoning_effort,
+                    max_tokens=int(self._settings.max_tokens or _DEFAULTS.max_tokens),
+                    temperature=float(self._settings.temperature or 0.0))
+
+    async def _request(self, context: LLMContext, heard: str | None = None) -> tuple[list[dict], list[dict] | None, Any]:
+        """The engine messages, tools and tool_choice of `context` (with the caller's words `heard`
+        as one more user message, for a guess at the turn being heard)."""
         params = await self.get_llm_adapter().get_llm_invocation_params(
             context, system_instruction=self._settings.system_instruction or None, convert_developer_to_user=True)
         messages = to_engine_messages(params["messages"])
+        if heard is not None:
+            messages.append({"role": "user", "content": heard})
         tools = list(params["tools"]) if openai_is_given(params["tools"]) else None
         choice = params["tool_choice"] if openai_is_given(params["tool_choice"]) else None
         if tools:
@@ -262,28 +292,51 @@ class EngineLLMService(LLMService):
         closes the stream, which stops the model at its next block."""
         result, answered, first = None, False, True
         speakable = SpeakableFilter()
-        async with contextlib.aclosing(self.brain.turn(messages, **kwargs)) as events:
-            async for item in events:
-                if item.type in ("reasoning", "answer") and first:
-                    first = False
-                    await self.stop_ttfb_metrics()
-                if item.type == "tool_call" and not answered and self.filler and not self._held_turn:
-                    # Decoding the call and answering from its result take seconds: say the filler
-                    # now, once per caller turn, rather than leave the line silent.
-                    self._held_turn = self._held_round = True
-                    self.fillers_spoken += 1
-                    await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
-                elif item.type == "answer" and item.text:
-                    text = speakable.feed(item.text)
-                    text = text if answered else text.lstrip()
-                    if text.strip() or (answered and text):
-                        answered = True
-                        await self._push_llm_text(text)
-                elif item.type == "done":
-                    result = item.result  # reasoning is logged in _report, never pushed
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead.matches(messages, kwargs):
+            self._count("decode_wasted")
+            await ahead.cancel()
+            ahead = None
+        ahead_ms = None
+        if ahead is not None:
+            self._count("decode_used")
+            ahead_ms = round(ahead.ahead_ms(), 1)
+        source = ahead.events() if ahead is not None else self.brain.turn(messages, **kwargs)
+        try:
+            async with contextlib.aclosing(source) as events:
+                async for item in events:
+                    if item.type == "done" and item.result is not None and ahead_ms is not None:
+                        item.result.metrics["decoded_ahead_ms"] = ahead_ms  # started this long before the turn
+                    result, answered, first = await self._on_event(item, result, answered, first, speakable)
+        finally:
+            if ahead is not None:
+                await ahead.cancel()  # a barge-in mid-answer stops the decode it was reading
         if result is None:
             raise BrainError(BrainError.BAD_RESPONSE, "the LLM stream ended without a result")
         return result, answered
+
+    async def _on_event(self, item: Any, result: TurnResult | None, answered: bool, first: bool,
+                        speakable: SpeakableFilter) -> tuple[TurnResult | None, bool, bool]:
+        """One event of a turn: the first token's metrics, the filler at a call, speakable answer
+        text to the TTS, the result kept."""
+        if item.type in ("reasoning", "answer") and first:
+            first = False
+            await self.stop_ttfb_metrics()
+        if item.type == "tool_call" and not answered and self.filler and not self._held_turn:
+            # Decoding the call and answering from its result take seconds: say the filler
+            # now, once per caller turn, rather than leave the line silent.
+            self._held_turn = self._held_round = True
+            self.fillers_spoken += 1
+            await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
+        elif item.type == "answer" and item.text:
+            text = speakable.feed(item.text)
+            text = text if answered else text.lstrip()
+            if text.strip() or (answered and text):
+                answered = True
+                await self._push_llm_text(text)
+        elif item.type == "done":
+            result = item.result  # reasoning is logged in _report, never pushed
+        return result, answered, first
 
     async def _report(self, result: TurnResult) -> None:
         m = dict(result.metrics)

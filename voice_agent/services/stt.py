@@ -25,6 +25,7 @@ import numpy as np
 from faster_whisper import WhisperModel
 from loguru import logger
 from pipecat.frames.frames import (
+    DataFrame,
     ErrorFrame,
     Frame,
     InputAudioRawFrame,
@@ -126,6 +127,13 @@ def transcribe_full(model: WhisperModel, audio: np.ndarray, beam_size: int = 1) 
         audio, language="en", beam_size=beam_size, condition_on_previous_text=False,
         without_timestamps=True, vad_filter=False)
     return " ".join(s.text.strip() for s in segments if s.no_speech_prob < NO_SPEECH_PROB).strip()
+
+
+@dataclass
+class SegmentHeardNothingFrame(DataFrame):
+    """The STT finished a VAD segment and heard no words in it (a breath, a click, line noise).
+    Pipecat's turn stop otherwise waits out the STT's whole p99 latency after such a segment for
+    a transcript that never comes (0.8 s on the sample call); services/turn_stop.py ends the wait."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,7 @@ class LocalWhisperSTTService(WhisperSTTService):
         return transcribe_detailed(self._model, pcm, self._beam_size, self._window)
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
+        """The segment's transcript, or a SegmentHeardNothingFrame when it holds no words."""
         if not audio:
             return
         try:
@@ -254,6 +263,8 @@ class LocalWhisperSTTService(WhisperSTTService):
         if result.text:
             logger.debug(f"transcript ({self.last_stt_ms:.0f} ms, {result.window} window): {result.text}")
             yield TranscriptionFrame(result.text, self._user_id, time_now_iso8601(), Language.EN)
+        else:
+            yield SegmentHeardNothingFrame()
 
     async def _early_result(self, segment: bytes) -> Transcript | None:
         early = self._early.take(segment)

@@ -8,6 +8,10 @@ the turn even when the caller had already gone on: the timer fired while the VAD
 STARTING state. Here the stop waits (at most `max_hold_s`) for the VAD to decide: confirmed speech
 keeps the turn open (Pipecat's VAD start resets the strategy), anything else ends it as before.
 When the VAD hears nothing at that moment, nothing changes and nothing is added.
+
+A segment the STT heard no words in (a breath or a click right after the caller's line) ends the
+strategy's STT wait at once (`SegmentHeardNothingFrame`), as a transcript would: Pipecat otherwise
+waits the STT's p99 latency for text that never comes (turn 1 of the sample call ended 0.8 s late).
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from typing import Any
 
 from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADState
+from pipecat.frames.frames import Frame, TranscriptionFrame
+from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 
+from voice_agent.services.stt import SegmentHeardNothingFrame
 from voice_agent.services.vad import PauseAwareSileroVAD
 
 POLL_S = 0.01
@@ -31,6 +38,15 @@ class HoldOnSpeechStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         self._max_hold_s = max_hold_s
         self._hold_task: asyncio.Task | None = None
         self.holds = 0  # stops that waited for the VAD (how often a resumption was in progress)
+        self.segments_heard_nothing = 0  # VAD segments the STT found no words in
+
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, SegmentHeardNothingFrame):
+            # The segment's transcription is final and empty: as a finalized transcript would,
+            # end the STT safety wait (Pipecat waits ttfs_p99 - stop_secs for text otherwise).
+            self.segments_heard_nothing += 1
+            frame = TranscriptionFrame("", "", "", finalized=True)
+        return await super().process_frame(frame)
 
     async def trigger_user_turn_stopped(self, **kwargs: Any) -> None:
         if self._vad.state != VADState.STARTING:
