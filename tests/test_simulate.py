@@ -302,7 +302,8 @@ class ScriptedEngine:
 async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_answer(tmp_path):
     call = good_call()
     # Every argument the scripted calls pass was said (or came from a tool), so none is asked for instead.
-    call = type(call)(id=call.id, caller=("please book me in on 2026-12-08 the name is jordan lee", "bye"), db=call.db,
+    call = type(call)(id=call.id, caller=("please book me a cleaning on 2026-12-08 the name is jordan lee", "bye"),
+                      db=call.db,
                       expect=call.expect)
     engine = ScriptedEngine()
     record = await run_call(call, SCENARIO, engine, TODAY, RunOptions(filler_after_s=0.0), db_dir=tmp_path)
