@@ -21,11 +21,8 @@ class FakeVAD:
     state = VADState.QUIET
 
 
-async def _run(vad_state_at_timeout: VADState, then: VADState | None) -> tuple[bool, float, int]:
-    """A segment ends and is transcribed; at the speech timeout the VAD is in `vad_state_at_timeout`;
-    0.1 s later it becomes `then` (SPEAKING comes with Pipecat's VAD start frame). Returns whether
-    the turn ended, after how long, and how often the stop held."""
-    vad = FakeVAD()
+async def _strategy(vad: FakeVAD) -> tuple[HoldOnSpeechStopStrategy, list[float]]:
+    """A set-up strategy, and the loop times at which it ended the turn."""
     strategy = HoldOnSpeechStopStrategy(vad=vad, max_hold_s=0.25, user_speech_timeout=TIMEOUT_S)
     await strategy.setup(FrameProcessorSetup(clock=None, pipeline_worker=None,
                                               task_manager=TaskManager(loop=asyncio.get_running_loop())))
@@ -36,6 +33,16 @@ async def _run(vad_state_at_timeout: VADState, then: VADState | None) -> tuple[b
     async def _stopped(_strategy, _params):
         stopped.append(loop.time())
 
+    return strategy, stopped
+
+
+async def _run(vad_state_at_timeout: VADState, then: VADState | None) -> tuple[bool, float, int]:
+    """A segment ends and is transcribed; at the speech timeout the VAD is in `vad_state_at_timeout`;
+    0.1 s later it becomes `then` (SPEAKING comes with Pipecat's VAD start frame). Returns whether
+    the turn ended, after how long, and how often the stop held."""
+    vad = FakeVAD()
+    strategy, stopped = await _strategy(vad)
+    loop = asyncio.get_running_loop()
     await strategy.handle_user_turn_started()
     await strategy.process_frame(VADUserStartedSpeakingFrame(start_secs=0.2))
     t0 = loop.time()
@@ -80,16 +87,8 @@ async def _after_a_wordless_segment(heard_nothing: bool) -> float:
 
     from voice_agent.services.stt import SegmentHeardNothingFrame
 
-    strategy = HoldOnSpeechStopStrategy(vad=FakeVAD(), max_hold_s=0.25, user_speech_timeout=TIMEOUT_S)
-    await strategy.setup(FrameProcessorSetup(clock=None, pipeline_worker=None,
-                                              task_manager=TaskManager(loop=asyncio.get_running_loop())))
+    strategy, stopped = await _strategy(FakeVAD())
     loop = asyncio.get_running_loop()
-    stopped: list[float] = []
-
-    @strategy.event_handler("on_user_turn_stopped")
-    async def _stopped(_strategy, _params):
-        stopped.append(loop.time())
-
     await strategy.process_frame(STTMetadataFrame(service_name="stt", ttfs_p99_latency=1.0))
     await strategy.handle_user_turn_started()
     await strategy.process_frame(VADUserStartedSpeakingFrame(start_secs=0.2))
