@@ -122,6 +122,12 @@ class CallOptions:
         return cls(**(given | overrides))
 
     @property
+    def decodes_ahead(self) -> bool:
+        """Guesses at the turn are decoded, not only prefilled (`--no-decode-ahead` or
+        `--no-speculative-prefill` turns it off)."""
+        return self.speculative_prefill and self.decode_ahead
+
+    @property
     def remote(self) -> bool:
         """Turns go to an OpenAI-compatible server, not the in-process engine."""
         return bool(self.llm_url)

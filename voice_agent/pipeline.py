@@ -101,7 +101,7 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
         brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
         max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(*backends),
         filler=scenario.filler, filler_after_s=options.filler_after_s, policy=scenario.policy,
-        decode_ahead=options.speculative_prefill and options.decode_ahead)
+        decode_ahead=options.decodes_ahead)
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir,
                    first_clause_words=options.first_clause_words)
 
@@ -136,7 +136,7 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
     logger.info(f"pipeline: scenario={scenario.name} model={brain.model_name}"
                 f"{f' at {options.llm_url}' if options.llm_url else ''} reasoning_effort={effort} "
                 f"stt={options.stt_model} ({options.stt_window} window, early={options.early_stt}) "
-                f"warm_prefill={options.warm_prefill} speculative_prefill={bool(ahead)} decode_ahead={llm.decode_ahead and bool(ahead)} "
+                f"warm_prefill={options.warm_prefill} speculative_prefill={bool(ahead)} decode_ahead={llm.decode_ahead} "
                 f"tts={options.tts} smart_turn={options.smart_turn} "
                 f"vad_stop_secs={options.vad_stop_secs}")
     return CallPipeline(task=task, pipeline=pipeline, llm=llm, context=context, aggregators=aggregators,

@@ -371,7 +371,7 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "stt_window": opts.stt_window,
                             "early_stt": opts.early_stt,
                             "warm_prefill": opts.warm_prefill,
-                            "decode_ahead": opts.speculative_prefill and opts.decode_ahead,
+                            "decode_ahead": opts.decodes_ahead,
                             "stt": _totals(calls, "stt"),
                             "speculative_prefill": _totals(calls, "speculative_prefill"),
                             "first_clause_words": opts.first_clause_words,

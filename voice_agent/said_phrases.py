@@ -272,6 +272,12 @@ def said_intents(text: str, intents: dict[str, tuple[str, ...]]) -> set[str]:
 
 PHRASE_KINDS = ("day", "time", "service")
 CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
+COPIED_KINDS = ("day", "time")  # a copy of what was said: the caller's own phrase of its kind
 
-__all__ = ["CHOSEN_KINDS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
+
+def caller_turns(messages: list[dict]) -> list[str]:
+    """The caller's words of each user message of an OpenAI-shaped conversation, oldest first."""
+    return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+
+__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
            "only_calendar_words", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -7,8 +7,8 @@ the transcript at once puts the model's first passes inside that wait instead of
 leaves this object until the turn comes: events are buffered, and tool calls run only when the
 service acts on the turn's "done" event, so a guess the turn does not confirm costs compute, never
 a spoken word or a booking. A guess is used only when the turn's messages and parameters are
-exactly those it decoded; otherwise it is cancelled (the engine stops at its next block and keeps
-the cache, as on barge-in) and the turn decodes as usual.
+exactly those it decoded; otherwise it is cancelled (the engine stops after its current pass and
+keeps the cache, as on barge-in) and the turn decodes as usual.
 """
 
 from __future__ import annotations

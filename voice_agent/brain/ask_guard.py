@@ -40,9 +40,11 @@ from engine.grounding import WORD_RE, grounded_arguments, nearest_span, source_t
 from voice_agent.brain.types import TurnEvent, TurnResult
 from voice_agent.said_phrases import (
     CHOSEN_KINDS,
+    COPIED_KINDS,
     HESITATIONS,
     PHRASE_KINDS,
     as_argument,
+    caller_turns,
     is_phrase,
     latest_said,
     only_calendar_words,
@@ -52,7 +54,6 @@ from voice_agent.said_phrases import (
 )
 from voice_agent.scenarios import ask_question, today_of
 
-TYPED_COPIES = ("day", "time")  # copied phrases; the caller's latest words of the kind win over any other said one
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
 NAME_ARGUMENT = re.compile(r"(^|_)name$")  # a free-text argument that holds a person's name
@@ -87,7 +88,7 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
     sources = source_texts(messages)
     heard = {w.lower() for src in sources for w in WORD_RE.findall(src)}
     today = today_of(messages)
-    users = [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    users = caller_turns(messages)
     mended: list[Mended] = []
     for fn, args, kinds in grounded_arguments(calls, tools):
         changed = False
@@ -110,7 +111,7 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                     continue
             elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
                   and not (kind == "text" and _no_name(value, today)) and not _refused(value, kind, users, today)):
-                own = latest_said(kind, users[-1:], today) if kind in TYPED_COPIES else None
+                own = latest_said(kind, users[-1:], today) if kind in COPIED_KINDS else None
                 if own is not None and not _same(value, own, kind, today):
                     said = own  # a time read from the tool's free list is not the one the caller just chose
                 elif given is None or not _part_of(value, given):
@@ -177,7 +178,7 @@ def _part_of(value: str, name: str) -> bool:
 
 def _refused(value: str, kind: str, users: list[str], today: dt.date) -> bool:
     """The caller's latest words of this kind refuse `value` ("eleven, not ten" refuses ten)."""
-    if kind not in ("day", "time"):
+    if kind not in COPIED_KINDS:
         return False
     try:
         return value_of(value, kind, today) in refused_latest(kind, users, today)

@@ -46,7 +46,14 @@ import json
 
 from engine.grounding import GROUNDED_KEY
 from voice_agent.brain.ask_guard import NAME_ARGUMENT
-from voice_agent.said_phrases import latest_said, phrases_in, said_intents, value_of
+from voice_agent.said_phrases import (
+    COPIED_KINDS,
+    caller_turns,
+    latest_said,
+    phrases_in,
+    said_intents,
+    value_of,
+)
 from voice_agent.scenarios import CallPolicy, today_of
 
 
@@ -92,7 +99,7 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
     # the 7th": find_free_slots; v7 answered "The 7th is the time I can come in", seed-1 gen_022).
     kinds = [props.get(key, {}).get(GROUNDED_KEY) for key in required]
     today = today_of(messages)
-    if kinds and all(k in ("day", "time") and phrases_in(latest, k, today) for k in kinds):
+    if kinds and all(k in COPIED_KINDS and phrases_in(latest, k, today) for k in kinds):
         return tool
     return None
 
@@ -102,7 +109,7 @@ def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
     nothing yet: the booking tool of the `instead` block ({search: {when_said: time, call: booking}})
     when a time was named since the booking began ("a check-up, make it half past ten" - "the
     eighth"), else its search tool, unless that day has been searched."""
-    users = [m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    users = caller_turns(messages)
     if not users:
         return None
     today = today_of(messages)
@@ -127,7 +134,7 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
     nothing yet and named its day since it began: the booking tool of the `instead` block ("a
     whitening on december eighth" - "is there a morning slot" - "make it ten o'clock it's for kai
     achterberg": v7 moved an appointment Kai never had, seed-1 gen_009)."""
-    users = [m.get("content") for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    users = caller_turns(messages)
     if not users:
         return None
     today = today_of(messages)
@@ -219,7 +226,7 @@ def _retried(messages: list[dict], params: dict[str, dict]) -> str | None:
         return None
     tool = messages[i]["tool_calls"][-1].get("function", {}).get("name")
     kinds = {spec.get(GROUNDED_KEY) for spec in (params.get(tool, {}).get("properties") or {}).values()
-             if isinstance(spec, dict)} & {"day", "time"}
+             if isinstance(spec, dict)} & set(COPIED_KINDS)
     latest = messages[-1].get("content")
     today = today_of(messages)
     if isinstance(latest, str) and any(phrases_in(latest, kind, today) for kind in kinds):

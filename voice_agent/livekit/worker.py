@@ -118,7 +118,7 @@ class CallFactory:
                 # LiveKit's own way to get ahead of the turn: the LLM starts on the final transcript
                 # before the end of the turn is confirmed (the engine keeps the prefix if it stands),
                 # as the Pipecat pipelines' decode ahead does (voice_agent/brain/ahead.py).
-                "preemptive_generation": {"enabled": self.cfg.speculative_prefill and self.cfg.decode_ahead},
+                "preemptive_generation": {"enabled": self.cfg.decodes_ahead},
             },
         )
         return session, ScenarioAgent(self.scenario, self.handlers, warm=self.cfg.warm_prefill)

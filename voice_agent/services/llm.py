@@ -289,18 +289,18 @@ class EngineLLMService(LLMService):
 
     async def _stream(self, messages: list[dict], kwargs: dict) -> tuple[TurnResult, bool]:
         """One brain turn; answer text is pushed as it is committed. Cancelling the task (barge-in)
-        closes the stream, which stops the model at its next block."""
+        closes the stream, which stops the model after its current pass. A guess decoded ahead with
+        exactly these messages and parameters is the turn's stream (voice_agent/brain/ahead.py)."""
         result, answered, first = None, False, True
         speakable = SpeakableFilter()
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and not ahead.matches(messages, kwargs):
-            self._count("decode_wasted")
-            await ahead.cancel()
-            ahead = None
-        ahead_ms = None
-        if ahead is not None:
+        ahead, ahead_ms = self._ahead, None
+        if ahead is not None and ahead.matches(messages, kwargs):
+            self._ahead = None
             self._count("decode_used")
             ahead_ms = round(ahead.ahead_ms(), 1)
+        else:
+            ahead = None
+            await self._drop_ahead()  # a guess at other words (or none): the turn decodes its own
         source = ahead.events() if ahead is not None else self.brain.turn(messages, **kwargs)
         try:
             async with contextlib.aclosing(source) as events:

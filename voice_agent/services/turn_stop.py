@@ -38,13 +38,11 @@ class HoldOnSpeechStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         self._max_hold_s = max_hold_s
         self._hold_task: asyncio.Task | None = None
         self.holds = 0  # stops that waited for the VAD (how often a resumption was in progress)
-        self.segments_heard_nothing = 0  # VAD segments the STT found no words in
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, SegmentHeardNothingFrame):
             # The segment's transcription is final and empty: as a finalized transcript would,
             # end the STT safety wait (Pipecat waits ttfs_p99 - stop_secs for text otherwise).
-            self.segments_heard_nothing += 1
             frame = TranscriptionFrame("", "", "", finalized=True)
         return await super().process_frame(frame)
 
