@@ -86,7 +86,8 @@ class Engine:
             raise ValueError(f"decoding must be 'engine' or 'reference'; got {decoding!r}")
         if threads:
             torch.set_num_threads(threads)
-        prec = resolve_precision(dtype if dtype is not None else precision)
+        prec = resolve_precision(dtype if dtype is not None else precision,
+                                 int8_checked=str(name_or_path) == "default" and adapter is None)
         dtype = prec.dtype
         info: dict = {"dtype": str(dtype).replace("torch.", ""), "precision": prec.name,
                       "precision_reason": prec.reason}

@@ -4,12 +4,16 @@
 
 `auto` picks bf16 only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere a bf16
 matmul of more than one token is several times slower than fp32 (measured without AVX512: 8 tokens
-190 vs 140 ms), so fp32 it is. The explicit argument wins over the variable, the variable over auto.
+190 vs 140 ms), so fp32 it is. For the embedded default model (`Engine.load("default")`), `auto` on
+such a CPU picks int8 instead: its quality was checked there (MODEL_CARD.md: simulated calls as good
+as bf16 or better) and its passes take ~60% of bf16's. The explicit argument wins over the variable,
+the variable over auto.
 
 `int8` is weight-only int8 (engine/quant.py: per-channel symmetric int8 linears and LM head, PyTorch's
 `torch._weight_int8pack_mm`); its activations, norms, attention and KV cache run in `int8_activation_dtype()`:
-bf16 where the CPU multiplies it natively, fp32 elsewhere. It is opt-in: `auto` never picks it (its quality
-check on the trained brain is pending), and what it promises is `engine.quant.INT8_TOLERANCE`.
+bf16 where the CPU multiplies it natively, fp32 elsewhere. Besides the default model's `auto` on a native-bf16
+CPU, it is opt-in (a checkpoint's int8 quality is not known), and what it promises is
+`engine.quant.INT8_TOLERANCE`.
 
 `w8a8` is those int8 weights with int8 activations too (each linear's input quantised per pass,
 PyTorch's quantized CPU kernels); norms, attention and the KV cache stay fp32. Also opt-in.
@@ -112,8 +116,9 @@ def fp32_linears() -> str:
     return choice
 
 
-def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
-    """The precision to load with: `choice` if given, else $VOICE_AGENT_PRECISION, else auto."""
+def resolve_precision(choice: str | torch.dtype | None = None, *, int8_checked: bool = False) -> Precision:
+    """The precision to load with: `choice` if given, else $VOICE_AGENT_PRECISION, else auto.
+    `int8_checked`: the model's int8 quality is known (the embedded default), so auto may pick it."""
     if isinstance(choice, torch.dtype):
         for name, dt in _DTYPES.items():
             if dt == choice:
@@ -134,6 +139,9 @@ def resolve_precision(choice: str | torch.dtype | None = None) -> Precision:
     if name != "auto":
         return Precision(name, _DTYPES[name], source)
     flags = native_bf16_flags()
+    if flags and int8_checked:
+        return Precision("int8", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls) and "
+                         "the default model's int8 quality is checked: int8 weights, bf16 activations")
     if flags:
         return Precision("bf16", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls)")
     return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")

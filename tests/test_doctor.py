@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.precision import resolve_precision
 from voice_agent import doctor
 from voice_agent.cli import main as cli_main
 
@@ -39,7 +40,9 @@ def test_doctor_exits_zero_here_and_prints_every_item(capsys):
     assert str(engine.api.DEFAULT_ADAPTER) in adapter and " MB)" in adapter
     assert "FAIL" not in out and out.rstrip().splitlines()[-1].startswith("doctor: nothing a command needs is missing")
     # The precision line says what the engine will use and why.
-    assert any(p in _line(out, "precision") for p in ("fp32 (", "bf16 ("))
+    # (with native bf16 the default model runs int8, unless $VOICE_AGENT_PRECISION says otherwise)
+    expected = resolve_precision(int8_checked=True).name
+    assert _line(out, "precision").split("default model: ", 1)[1].startswith(f"{expected} (")
 
 
 def test_missing_adapter_fails_and_names_it(capsys, monkeypatch, tmp_path):

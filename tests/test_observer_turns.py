@@ -180,3 +180,20 @@ def test_a_turn_ended_before_its_transcript_came_is_one_turn_but_not_a_pause_cut
     (turn,) = observe(events).turns
     assert (turn.false_cutoffs, turn.stt_cutoffs) == (0, 1)
     assert turn.user_text == "Do you have anything in the morning?" and turn.llm_request == 22.732
+
+
+def test_the_previous_replys_late_tail_is_not_the_new_turns_first_audio():
+    """A reply's last sentence came out late and played as the caller began the next turn
+    ("Great, thank you so much, bye"): that speech is not the new turn's answer (its e2e was
+    -1.3 s in one replay); the answer to the new turn is."""
+    events = [*vad_start(23.79), (23.79, UserStartedSpeakingFrame(), OTHER), *vad_stop(26.55),
+              *stt_done(26.56, "10 in the morning works. And my name is Jordan Lee."),
+              *answer(26.7, "You're booked."), (28.66, BotStoppedSpeakingFrame(), OUT),
+              *vad_start(34.384), (34.384, UserStartedSpeakingFrame(), OTHER),
+              (34.39, BotStartedSpeakingFrame(), OUT), (34.43, OutputAudioRawFrame(b"\1\0" * 160, 16000, 1), OUT),
+              (34.9, BotStoppedSpeakingFrame(), OUT),
+              *vad_stop(35.93), *stt_done(35.97, "Great. Thank you so much. Bye."), *answer(36.09, "Goodbye!")]
+    first, second = observe(events).turns
+    assert second.user_text == "Great. Thank you so much. Bye."
+    assert second.bot_started == pytest.approx(36.45) and second.first_bot_audio == pytest.approx(36.49)
+    assert turn_record(second, true_end=35.71)["e2e_ms"] == pytest.approx(780.0)

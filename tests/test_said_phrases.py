@@ -25,6 +25,9 @@ TODAY = dt.date(2026, 12, 1)
     ("later in the day would be good", [], []),
     ("the later one please, that one works", [], []),  # a pick from a list, not one o'clock
     ("at one please, that one", [], ["one"]),
+    # seed-2 gen_038: "december ten" is a day, but "ten am" after a whole date is its time
+    ("Let's say the eleventh of december ten am would be great.", ["the eleventh of december"], ["ten am"]),
+    ("december ten works", ["december ten"], []),
 ])
 def test_days_and_times_are_found_whole_and_a_day_of_the_month_is_no_time(text, days, times):
     assert phrases_in(text, "day", TODAY) == days
@@ -111,3 +114,17 @@ def test_intents_are_whole_phrases_of_the_callers_words():
     assert said_intents("what's your cancellation policy", intents) == set()  # "cancel" is a word, not a prefix
     assert said_intents("what time is my visit i might cancel it", intents) == {"cancel_appointment", "lookup_patient"}
     assert said_intents("What time is my visit?", intents) == {"lookup_patient"}
+
+
+@pytest.mark.parametrize(("text", "part"), [
+    ("Do you have anything in the morning?", "morning"),
+    ("Later in the day would be good.", "afternoon"),
+    ("something after lunch please", "afternoon"),
+    ("10 in the morning works", None),  # a time, not a part
+    ("mornings or afternoons, either", None),  # both: no one part
+    ("thanks, bye", None),
+])
+def test_a_part_of_the_day_is_asked_for_without_a_time(text, part):
+    from voice_agent.said_phrases import part_of_day
+
+    assert part_of_day(text, dt.date(2026, 12, 1)) == part

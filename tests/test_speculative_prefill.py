@@ -14,6 +14,7 @@ from pipecat.tests.utils import run_test
 from voice_agent.scenarios import load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 from voice_agent.services.speculative_prefill import SpeculativePrefill
+from voice_agent.services.stt import EarlyTranscriptFrame
 
 pytestmark = pytest.mark.slow
 SCENARIO = load_scenario("dental_receptionist")
@@ -50,3 +51,20 @@ async def test_the_turn_reuses_the_words_prefilled_while_it_was_decided(base_eng
     else:
         assert (spec.used, spec.wasted) == (0, 1)
         assert m["prompt_tokens"] - m["cached_tokens"] > 8, m  # the caller's other words were prefilled
+
+
+async def test_an_early_pass_is_a_guess_and_the_transcript_repeating_it_starts_nothing(base_engine):
+    llm = EngineLLMService(base_engine, system_instruction=SCENARIO.system_prompt_for(dt.date(2026, 11, 30)),
+                           reasoning_effort="instant", max_tokens=8)
+    ctx = LLMContext(messages=[], tools=tools_schema(SCENARIO.tools))
+    early_then_final = [*heard("I'd like a cleaning"), EarlyTranscriptFrame("on Tuesday."), *heard("on Tuesday.")]
+    await run_test(SpeculativePrefill(llm, ctx), frames_to_send=early_then_final)
+    await settle(llm)
+    # the first segment's transcript, then the second segment's early pass; its transcript is the same words
+    assert llm.brain.speculation.started == 2
+
+    ctx.add_message({"role": "user", "content": "I'd like a cleaning on Tuesday."})
+    await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])
+    spec = llm.brain.speculation
+    assert (spec.used, spec.wasted) == (1, 0)
+    assert llm.last_metrics["prompt_tokens"] - llm.last_metrics["cached_tokens"] <= 4

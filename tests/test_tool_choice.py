@@ -16,6 +16,7 @@ from voice_agent.brain.tool_choice import (
     carried_tool,
     instead_tool,
     intended_tool,
+    part_search_due,
     search_due,
     turn_tool_choice,
 )
@@ -158,9 +159,14 @@ def test_which_questions_carry_a_tool_choice():
                         SCENARIO.tools, ask) is None
     # the plain name question: some tool is due, the model picks which
     assert carried_tool(_turn("a", "tomasz nowak", asked=ask["patient_name"]), SCENARIO.tools, ask) == "required"
-    # a day or a time may still be followed by another question (the name), so they carry nothing
-    for arg in ("date", "time", "new_date"):
+    # a day or a time that several tools take (a search, a booking) carries nothing
+    for arg in ("date", "time"):
         assert carried_tool(_turn("a", "thursday", asked=ask[arg]), SCENARIO.tools, ask) is None, arg
+    # the new day that only a move takes carries the move when the answer names a day or a time
+    # (seed-2 gen_034: v7 booked "the third at twelve thirty" and asked for a service); the ask
+    # guard asks what the move still lacks
+    assert carried_tool(_turn("a", "thursday", asked=ask["new_date"]), SCENARIO.tools, ask) == "move_appointment"
+    assert carried_tool(_turn("a", "i am not sure", asked=ask["new_date"]), SCENARIO.tools, ask) is None
     assert carried_tool(_turn("a", "tomasz nowak", asked=ask["lookup_patient.patient_name"]),
                         SCENARIO.tools, ask) == "lookup_patient"
     # the question must be the agent's latest words, just before the caller's
@@ -259,12 +265,23 @@ async def test_an_intent_named_without_a_name_asks_the_tools_own_name_question()
 
 
 @pytest.mark.parametrize("line", [
-    "can i push my checkup to thursday at half past two",    # moving needs more than the name: the model's call
+    "can i push my checkup",                                 # moving needs a new day and time too: the model's call
     "what time is my visit, i might have to cancel it",     # two intents: the model's call
     "great thanks bye",
 ])
 def test_no_intent_is_forced_where_the_words_do_not_name_one_name_only_tool(line):
     assert intended_tool(_turn(line), SCENARIO.tools, SCENARIO.intents) is None
+
+
+@pytest.mark.parametrize("line", [
+    "can i push my checkup to thursday at half past two",
+    # seed-2 gen_018: v7 booked it and asked for a service
+    "yes hi um something came up and i need a different time eleven would be great it's for elena keller "
+    "could we do thursday",
+])
+def test_a_move_whose_new_day_and_time_are_named_is_the_turns_tool(line):
+    # the name is the ask guard's to ask when it is missing
+    assert intended_tool(_turn(line), SCENARIO.tools, SCENARIO.intents) == "move_appointment"
 
 
 @pytest.mark.parametrize(("lines", "due"), [
@@ -286,7 +303,11 @@ def test_a_bookings_day_named_without_a_time_is_searched_first(lines, due):
      "book_appointment"),
     (["i'm looking to get a cleaning done make it one thirty", "let's say the 7th"], "book_appointment"),
     (["i'm looking to get my teeth so whitened done", "let's say the 11th"], "find_free_slots"),  # "whitened"
-    (["make it one thirty", "i'd like a cleaning", "let's say the 7th"], "find_free_slots"),  # time before the booking
+    # seed-2 gen_047: a time named before the service is the booking's too (v7 read out 9 am)
+    (["i'm calling to set up an appointment twelve in the afternoon would be great", "a filling please",
+      "could we do december 3rd"], "book_appointment"),
+    # a time named for another request (a lookup) is not the booking's
+    (["can you look up my appointment at one thirty", "i'd like a cleaning", "let's say the 7th"], "find_free_slots"),
 ])
 def test_a_bookings_day_named_after_its_time_is_booked(lines, tool):
     assert search_due(_turn(*lines), SCENARIO.policy) == tool
@@ -380,3 +401,35 @@ def test_a_time_named_after_the_bookings_day_books():
     assert booking_due(_turn("a whitening please", "make it ten o'clock"), SCENARIO.policy) is None
     assert booking_due(_turn("can i move my checkup to thursday", "make it ten"), SCENARIO.policy) is None
     assert booking_due(_turn("a whitening on december eighth", "ten on the ninth"), SCENARIO.policy) is None
+
+
+def _after_a_search(then: str, part: str | None = None, booked: bool = False) -> list[dict]:
+    """The sample call's first turn searched Tuesday (for `part`); the caller then says `then`."""
+    msgs = _turn("I'd like to book a teeth cleaning for next Tuesday.")
+    args = {"date": "next tuesday", **({"part_of_day": part} if part else {})}
+    msgs += [{"role": "assistant", "tool_calls": [_call("find_free_slots", **args)]},
+             {"role": "tool", "tool_call_id": "call_1",
+              "content": json.dumps({"date": "2026-12-08", "free_times": ["9 am", "9:30 am", "10 am"]})},
+             {"role": "assistant", "content": "On Tuesday, December 8th I have 9 am, 9:30 am or 10 am."}]
+    if booked:
+        msgs += [{"role": "assistant", "tool_calls": [_call("book_appointment", patient_name="a b")]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"booked": True})},
+                 {"role": "assistant", "content": "You're booked."}]
+    return msgs + [{"role": "user", "content": then}]
+
+
+@pytest.mark.parametrize(("then", "part", "booked", "due"), [
+    ("Do you have anything in the morning?", None, False, True),        # the sample call's turn 2
+    ("Later in the day would be good.", None, False, True),             # seed-2 gen_048: v7 booked 10:30
+    ("Later in the day would be good.", "morning", False, True),        # another part than the last search
+    ("Do you have anything in the morning?", "morning", False, False),  # that part was searched
+    ("10 in the morning works.", None, False, False),                   # a time: the booking's turn
+    ("what about thursday afternoon", None, False, False),              # a day: search_due's turn
+    ("anything in the afternoon instead?", None, True, False),          # already booked: not a search
+])
+def test_a_part_of_the_day_asked_for_after_a_search_is_searched(then, part, booked, due):
+    choice = part_search_due(_after_a_search(then, part, booked), SCENARIO.policy)
+    assert (choice == "find_free_slots") is due
+    if due:
+        assert turn_tool_choice(_after_a_search(then, part), SCENARIO.tools, SCENARIO.policy) == (
+            "part", "find_free_slots")

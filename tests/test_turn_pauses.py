@@ -74,6 +74,7 @@ def test_a_pause_shorter_than_stop_secs_drops_its_early_transcript(replayed):
     assert first["false_cutoffs"] == 0  # the VAD never stopped inside the line
     assert entry["stt"]["early_dropped"] >= 1  # the pause began an early pass; the caller went on
     assert entry["stt"]["early_used"] >= len(LINES)  # every line's last segment was heard early
+    assert entry["stt"]["early_guessed"] >= 1  # ... and went to the LLM before the VAD confirmed its stop
 
 
 def test_a_pause_longer_than_stop_secs_is_measured_from_the_end_of_the_whole_line(replayed):

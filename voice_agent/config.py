@@ -105,6 +105,14 @@ class CallOptions:
     vad_min_volume: float = knob(0.4, "--vad-min-volume", "VAD loudness gate, 0..1; higher ignores more background "
                                  "noise but barges in later", type=float)
     user_speech_timeout: float = 0.2       # after VAD stop, wait this long for more speech
+    # Not shorter: 0.05 and 0.1 split the sample call's third line at its 0.26 s pause between two
+    # sentences in every replay (16 of 16); 0.15 in none.
+    turn_end_complete_s: float = knob(0.15, "--turn-end-complete-s",
+                                      "after the VAD's stop, a turn whose transcript ends a sentence (. ? !) ends "
+                                      "this soon (0.2: no shortcut)", type=float, metavar="S")
+    turn_end_incomplete_s: float = knob(0.6, "--turn-end-incomplete-s",
+                                        "after the VAD's stop, a turn whose transcript breaks off mid-clause ('and', "
+                                        "'for the', a comma) waits this long", type=float, metavar="S")
     hold_on_speech: bool = True            # ... and longer while the VAD hears speech not yet confirmed
     allow_interruptions: bool = knob(True, "--no-interruptions", "disable barge-in", action="store_false")
     greeting: bool = knob(True, "--no-greeting", "do not speak the scenario's greeting", action="store_false")
@@ -138,7 +146,8 @@ LLM_FLAGS = ("model", "reasoning_effort", "max_tokens", "temperature", "filler_a
              "llm_url", "llm_model", "llm_api_key", "llm_timeout_s", "warm_prefill", "speculative_prefill",
              "decode_ahead", "precision", "engine_threads")
 SPEECH_FLAGS = ("stt_model", "tts", "tts_voice_path", "tts_model_dir", "first_clause_words", "smart_turn", "vad_stop_secs",
-                "vad_start_secs", "vad_min_volume", "allow_interruptions", "greeting")
+                "vad_start_secs", "vad_min_volume", "turn_end_complete_s", "turn_end_incomplete_s", "allow_interruptions",
+                "greeting")
 LIVE_CALL_FLAGS = ("scenario", *LLM_FLAGS, *SPEECH_FLAGS, "db_path")  # mic, phone, room
 
 

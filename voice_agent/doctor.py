@@ -153,10 +153,10 @@ def check_precision() -> list[Check]:
         name = str(best_cpu_dtype()).replace("torch.", "")
         return [cpu, Check("precision", "ok", f"{name} (engine.api.best_cpu_dtype: bf16 only with native bf16)")]
     try:
-        p = resolve_precision()
+        p = resolve_precision(int8_checked=True)  # what `--model default` loads with
     except ValueError as e:
         return [cpu, Check("precision", "fail", str(e), ENGINE_COMMANDS)]
-    return [cpu, Check("precision", "ok", f"{p.name} ({p.reason})")]
+    return [cpu, Check("precision", "ok", f"default model: {p.name} ({p.reason})")]
 
 
 # --- this machine: audio devices, ports, LiveKit ---------------------------------------------------

@@ -154,7 +154,9 @@ def _turn_strategies(options: PipelineOptions, vad: PauseAwareSileroVAD | None =
     elif options.hold_on_speech and vad is not None:
         # A caller going on after a pause is confirmed start_secs late: let the VAD decide first.
         stop = [HoldOnSpeechStopStrategy(vad=vad, max_hold_s=options.vad_start_secs + 0.05,
-                                         user_speech_timeout=options.user_speech_timeout)]
+                                         user_speech_timeout=options.user_speech_timeout,
+                                         complete_s=options.turn_end_complete_s,
+                                         incomplete_s=options.turn_end_incomplete_s)]
     else:
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=options.user_speech_timeout)]
     return UserTurnStrategies(start=start, stop=stop)

@@ -56,6 +56,8 @@ _SERVICE_PHRASES = sorted((w for words in SERVICE_WORDS.values() for w in words 
 _SERVICE_RE = re.compile(r"\b(" + "|".join(re.escape(w) for w in _SERVICE_PHRASES) + r")\b")
 _ONE_OF = {"that", "this", "which", "later", "earlier", "first", "last", "other", "next", "second", "third",
            "any", "no", "each", "morning", "afternoon", "early", "late", "best", "same"}
+# Words after a number that make it a time of day, whatever comes before ("december ten am").
+_CLOCK_MARKS = {"am", "pm", "m", "o'clock", "oclock"}
 _TIME_VOCAB = {"am", "pm", "a", "m", "p", "in", "the", "morning", "afternoon", "evening", "o'clock", "oclock",
                "sharp", "half", "quarter", "past", "to", "oh", "noon", "midday"}
 
@@ -97,8 +99,8 @@ def is_time_phrase(words: list[str], before: str = "") -> bool:
         return False
     if not all(w in _TIME_VOCAB or _is_number(w) for w in words):  # the parser skips words it does not know
         return False
-    if before in _MONTHS or before == "the":  # "december 10", "the 9": a day of the month
-        return False
+    if (before in _MONTHS or before == "the") and not set(words) & _CLOCK_MARKS:
+        return False  # "december 10", "the 9": a day of the month ("the eleventh of december ten am" is a time)
     if text == "one" and before in _ONE_OF:  # "the later one", "that one": a pick, not one o'clock
         return False
     try:
@@ -134,6 +136,7 @@ def _phrases(text: str, kind: str, today: dt.date) -> list[tuple[str, bool]]:
     ("eleven, not ten": ten is refused)."""
     if kind == "day":
         spans, words = _maximal_spans(text, lambda w, _b: is_day_phrase(w, today), _DAY_LEADS)
+        spans = [_without_clock_number(span, words, today) for span in spans]
     elif kind == "time":
         spans, words = _maximal_spans(text, is_time_phrase, set())
     elif kind == "service":
@@ -141,6 +144,19 @@ def _phrases(text: str, kind: str, today: dt.date) -> list[tuple[str, bool]]:
     else:
         return []
     return [(" ".join(words[i:j]), _refused(words[:i])) for i, j in spans]
+
+
+def _without_clock_number(span: tuple[int, int], words: list[str], today: dt.date) -> tuple[int, int]:
+    """A day phrase less its last number when a clock mark follows it and the rest is still a day:
+    "the eleventh of december ten am" names the 11th, and ten am is its time."""
+    i, j = span
+    if j < len(words) and words[j] in _CLOCK_MARKS | {"a"} and _is_number(words[j - 1]) and j - 1 > i:
+        k = j - 1
+        while k > i and words[k - 1] in _GLUE:
+            k -= 1
+        if k > i and is_day_phrase(words[i:k], today):
+            return i, k
+    return span
 
 
 def _refused(before: list[str]) -> bool:
@@ -270,6 +286,23 @@ def said_intents(text: str, intents: dict[str, tuple[str, ...]]) -> set[str]:
             if any(f" {' '.join(w.replace(chr(39), '') for w in _words(p))} " in flat for p in phrases)}
 
 
+# A part of the day the caller asks for without a time ("anything in the morning", "later in the day
+# would be good"): the free-times search's `part_of_day`. Whole words; a phrase that names a time
+# ("ten in the morning") is a time, not a part.
+_PARTS = {"morning": ("morning", "mornings", "before lunch", "early in the day", "first thing"),
+          "afternoon": ("afternoon", "afternoons", "after lunch", "later in the day", "late in the day",
+                        "end of the day")}
+
+
+def part_of_day(text: str, today: dt.date) -> str | None:
+    """The one part of the day `text` asks for ("morning" or "afternoon"), when it names no time."""
+    if phrases_in(text, "time", today):
+        return None
+    flat = f" {' '.join(_words(text))} "
+    parts = {part for part, phrases in _PARTS.items() if any(f" {p} " in flat for p in phrases)}
+    return parts.pop() if len(parts) == 1 else None
+
+
 PHRASE_KINDS = ("day", "time", "service")
 CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
 COPIED_KINDS = ("day", "time")  # a copy of what was said: the caller's own phrase of its kind
@@ -280,4 +313,4 @@ def caller_turns(messages: list[dict]) -> list[str]:
     return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
 __all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
-           "only_calendar_words", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]
+           "only_calendar_words", "part_of_day", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -1,9 +1,10 @@
 """A turn decoded ahead: the brain's first round over the caller's words as heard so far, started
 before the turn is decided and held, unspoken, until it is.
 
-The turn strategy asks the LLM `user_speech_timeout` (0.2 s) after the VAD's own 0.2 s stop, and the
-transcript is there well before that (the early STT pass runs inside the VAD's wait). Decoding from
-the transcript at once puts the model's first passes inside that wait instead of after it. Nothing
+The turn strategy asks the LLM only after the VAD's own 0.2 s stop and its own wait (0.05 s for
+words that end a sentence, services/turn_text.py; 0.2 s or more otherwise), and the words are
+there sooner: the early STT pass runs inside the VAD's wait, and its words come as a guess when it
+finishes first. Decoding from them at once puts the model's first passes inside those waits. Nothing
 leaves this object until the turn comes: events are buffered, and tool calls run only when the
 service acts on the turn's "done" event, so a guess the turn does not confirm costs compute, never
 a spoken word or a booking. A guess is used only when the turn's messages and parameters are

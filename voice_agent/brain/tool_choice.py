@@ -32,6 +32,9 @@ writes the arguments, which the ask guard checks as always:
   would suit you?" straight away (held-out gen_013, gen_027) and the sample call's "a teeth cleaning
   for next Tuesday" got "What day would you like to come in?". Likewise a time named without a day,
   once the booking's day was named, books (v7 moved an appointment the caller never had).
+- **A part of the day asked for is searched.** "Do you have anything in the morning?" after the
+  free times were read out searches that part of the day, as the training policy does; v7 asked for
+  the name, or booked a time nobody said for "later in the day would be good".
 - **A second booking for the caller just booked is a move** (`instead: {after: ..., call: ...}`):
   "actually can we make it 9:30" after the booking was booked again, leaving two appointments.
 - **A failed call is made again when the caller answers what it lacked.** After "9 am is already
@@ -50,6 +53,7 @@ from voice_agent.said_phrases import (
     COPIED_KINDS,
     caller_turns,
     latest_said,
+    part_of_day,
     phrases_in,
     said_intents,
     value_of,
@@ -65,7 +69,8 @@ def named(tool: str) -> dict:
 def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
     """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
     agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`), "day"
-    (`search_due`) or "time" (`booking_due`); tool_choice is a tool name or "required". None: the model chooses."""
+    (`search_due`), "part" (`part_search_due`) or "time" (`booking_due`); tool_choice is a tool name
+    or "required". None: the model chooses."""
     if not tools or not messages or messages[-1].get("role") != "user":
         return None
     carried = carried_tool(messages, tools, policy.ask)
@@ -74,6 +79,7 @@ def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: Cal
     # A caller asked for their name who names a booking's day instead is searched first.
     for why, rule in (("intent", lambda: intended_tool(messages, tools, policy.intents)),
                       ("day", lambda: search_due(messages, policy)),
+                      ("part", lambda: part_search_due(messages, policy)),
                       ("time", lambda: booking_due(messages, policy))):
         if (choice := rule()) is not None:
             return why, choice
@@ -91,15 +97,14 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
         return None
     tool = named.pop()
     params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
-    required = params.get("required") or []
     props = params.get("properties") or {}
-    if len(required) == 1 and props.get(required[0], {}).get(GROUNDED_KEY) is True:
-        return tool
-    # A tool that needs only days and times, all of them named in these words ("when are you free
-    # the 7th": find_free_slots; v7 answered "The 7th is the time I can come in", seed-1 gen_022).
-    kinds = [props.get(key, {}).get(GROUNDED_KEY) for key in required]
+    kinds = [props.get(key, {}).get(GROUNDED_KEY) for key in params.get("required") or []]
+    # Besides the name (free text, which the ask guard asks for), every day and time the tool needs
+    # is named in these words: "when are you free the 7th" is find_free_slots (v7 answered "The 7th
+    # is the time I can come in", seed-1 gen_022); "i need a different time eleven ... could we do
+    # thursday" is move_appointment (v7 booked it, seed-2 gen_018).
     today = today_of(messages)
-    if kinds and all(k in COPIED_KINDS and phrases_in(latest, k, today) for k in kinds):
+    if kinds and all(k is True or (k in COPIED_KINDS and phrases_in(latest, k, today)) for k in kinds):
         return tool
     return None
 
@@ -129,6 +134,38 @@ def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
     return None
 
 
+def part_search_due(messages: list[dict], policy: CallPolicy) -> str | None:
+    """When the caller's latest words ask for a part of the day and name no day or time, after a
+    search that read out free times and before the booking: the search tool of the `instead` block
+    again, unless its last search was for that part. The training policy searches that part ("do you
+    have anything in the morning", "later in the day would be good"); v7 asked for the name or booked
+    a time nobody said (seed-2 gen_030, gen_048: 10:30 am for "later in the day")."""
+    users = caller_turns(messages)
+    if not users:
+        return None
+    today = today_of(messages)
+    part = part_of_day(users[-1], today)
+    if part is None or phrases_in(users[-1], "day", today):
+        return None
+    for search, rule in policy.instead.items():
+        if "when_said" not in rule or _succeeded(messages, rule["call"]):
+            continue
+        found = [args for args, result in _calls_and_results(messages, search)
+                 if isinstance(result, dict) and not _failed(result) and result.get("free_times")]
+        if found and _arguments(found[-1]).get("part_of_day") != part:
+            return search
+    return None
+
+
+def _arguments(arguments: object) -> dict:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
 def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
     """When the caller's latest words name a time and no day, in a booking call that has booked
     nothing yet and named its day since it began: the booking tool of the `instead` block ("a
@@ -150,13 +187,19 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
 
 
 def _booking_began(users: list[str], intents: dict[str, tuple[str, ...]], today) -> int | None:
-    """The index of the newest caller turn that names a service or an intent, when it names a
-    service and no intent ("push my checkup to thursday" is a move, "a filling on the 9th" a
-    booking); None when that turn is no booking or there is none."""
+    """Where the booking the caller is making began: the newest caller turn that names a service or
+    an intent must name a service and no intent ("push my checkup to thursday" is a move, "a filling
+    on the 9th" a booking; None otherwise), and the booking began with the first turn after the
+    last one that named an intent (0 when none did): "set up an appointment twelve in the afternoon"
+    - "a filling please" - "december 3rd" books at noon (seed-2 gen_047 read free times instead)."""
     for i in range(len(users) - 1, -1, -1):
         named, service = said_intents(users[i], intents), phrases_in(users[i], "service", today)
         if named or service:
-            return i if service and not named else None
+            if not service or named:
+                return None
+            while i > 0 and not said_intents(users[i - 1], intents):
+                i -= 1
+            return i
     return None
 
 
@@ -208,7 +251,23 @@ def carried_tool(messages: list[dict], tools: list[dict] | None, ask: dict[str, 
             return tool
         if not tool and _always_required_text(argument, params):
             return "required"
+        if not tool and (only := _only_taker(argument, params, messages)) is not None:
+            return only
     return _retried(messages, params)
+
+
+def _only_taker(argument: str, params: dict[str, dict], messages: list[dict]) -> str | None:
+    """The one tool that takes `argument`, a day or a time, when the caller's answer names one:
+    "What day and time would you like instead?" (move_appointment's new_date) - "the third at twelve
+    thirty" is the move (v7 booked it and asked for a service, seed-2 gen_034)."""
+    takers = [tool for tool, p in params.items() if argument in (p.get("properties") or {})]
+    if len(takers) != 1:
+        return None
+    kind = params[takers[0]]["properties"][argument].get(GROUNDED_KEY)
+    latest = messages[-1].get("content")
+    if kind in COPIED_KINDS and isinstance(latest, str) and phrases_in(latest, kind, today_of(messages)):
+        return takers[0]
+    return None
 
 
 def _retried(messages: list[dict], params: dict[str, dict]) -> str | None:
@@ -277,14 +336,7 @@ def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dic
 
 def _names_of(arguments: object) -> set[str]:
     """The name arguments' values of a call ("patient_name": "Beatriz Dlamini"), lowercased."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return set()
-    if not isinstance(arguments, dict):
-        return set()
-    return {" ".join(str(v).lower().split()) for k, v in arguments.items() if NAME_ARGUMENT.search(k) and v}
+    return {" ".join(str(v).lower().split()) for k, v in _arguments(arguments).items() if NAME_ARGUMENT.search(k) and v}
 
 
 def _served(messages: list[dict], tool: str) -> set[str]:
@@ -296,4 +348,5 @@ def _served(messages: list[dict], tool: str) -> set[str]:
     return out
 
 
-__all__ = ["booking_due", "carried_tool", "instead_tool", "intended_tool", "named", "search_due", "turn_tool_choice"]
+__all__ = ["booking_due", "carried_tool", "instead_tool", "intended_tool", "named", "part_search_due", "search_due",
+           "turn_tool_choice"]

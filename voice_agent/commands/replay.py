@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="audio files (WAV, FLAC, OGG/Opus, MP3) or folders of them (default: the shipped sample call)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for report.json, report.html and the calls")
     add_flags(parser, ("scenario", *LLM_FLAGS, "smart_turn", "stt_model", "stt_window", "early_stt",
-                       "first_clause_words"))
+                       "first_clause_words", "turn_end_complete_s", "turn_end_incomplete_s"))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--realtime", dest="fast", action="store_false", default=argparse.SUPPRESS,
                       help="feed caller audio at wall-clock rate: the honest latency mode, and the default")

@@ -277,7 +277,9 @@ class TurnLatencyObserver(BaseObserver):
                     turn.tts_request = now - turn.tts_ttfb_ms / 1000
         elif isinstance(frame, BotStartedSpeakingFrame):
             self._bot_speaking = True
-            if turn.bot_started is None:
+            # Speech before the turn's LLM request is the previous reply's tail (a sentence its TTS
+            # was late with), not this turn's answer: once it was counted, and its e2e was negative.
+            if turn.bot_started is None and turn.llm_request is not None:
                 turn.bot_started = now
         elif isinstance(frame, OutputAudioRawFrame) and isinstance(src, BaseOutputTransport):
             # The output transport pushes each chunk on after writing it to the wire.

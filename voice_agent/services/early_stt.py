@@ -30,6 +30,7 @@ class STTStats:
     early_started: int = 0     # passes started at the first silent frame
     early_used: int = 0        # ... whose result was the segment's transcript
     early_dropped: int = 0     # ... dropped: the caller resumed during the VAD's stop wait
+    early_guessed: int = 0     # ... whose words went to the LLM as a guess before the stop was confirmed
     short_fallbacks: int = 0   # short-window transcripts not trusted: the 30 s window redid them
 
     def as_dict(self) -> dict[str, int]:
@@ -55,14 +56,16 @@ class EarlyPasses:
     def pending(self) -> EarlyPass | None:
         return self._pending
 
-    def start(self, snapshot: bytes, pcm: bytes) -> None:
-        """The VAD heard the first silent frame: transcribe `pcm` (the snapshot plus padding)."""
+    def start(self, snapshot: bytes, pcm: bytes) -> EarlyPass | None:
+        """The VAD heard the first silent frame: transcribe `pcm` (the snapshot plus padding).
+        Returns the pass started (None: one is already running, or there is no audio)."""
         if self._pending is not None or not snapshot:
-            return
+            return None
         future = asyncio.get_running_loop().run_in_executor(None, self._transcribe, pcm)
         future.add_done_callback(_retrieve)
         self._pending = EarlyPass(snapshot, future)
         self._stats.early_started += 1
+        return self._pending
 
     def resumed(self) -> None:
         """The caller spoke again before the stop was confirmed: the pass heard only part of it."""

@@ -38,7 +38,7 @@ from pipecat.services.whisper.stt import WhisperSTTService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
-from voice_agent.services.early_stt import EarlyPasses, STTStats
+from voice_agent.services.early_stt import EarlyPass, EarlyPasses, STTStats
 from voice_agent.services.whisper_window import (
     DEFAULT_SHORT_WINDOW,
     FULL_WINDOW_FRAMES,
@@ -55,8 +55,9 @@ DEFAULT_WINDOW = "short"
 NO_SPEECH_PROB = 0.6  # a segment Whisper thinks this likely to be silence is dropped
 # The early pass starts this far into a pause, not at its first silent frame: the tail of a final
 # consonant lies below the VAD's threshold ("works" heard as "work" at the first silent frame of the
-# sample call's third line, "works" from 40 ms on). It still leaves half the VAD's 0.2 s wait.
-EARLY_AFTER_S = 0.1
+# sample call's third line, "works" from 40 ms on). It leaves 0.15 s of the VAD's 0.2 s wait, in
+# which the pass's words go to the LLM as a guess (EarlyTranscriptFrame).
+EARLY_AFTER_S = 0.05
 _assemble_lock = threading.Lock()
 
 
@@ -134,6 +135,16 @@ class SegmentHeardNothingFrame(DataFrame):
     """The STT finished a VAD segment and heard no words in it (a breath, a click, line noise).
     Pipecat's turn stop otherwise waits out the STT's whole p99 latency after such a segment for
     a transcript that never comes (0.8 s on the sample call); services/turn_stop.py ends the wait."""
+
+
+@dataclass
+class EarlyTranscriptFrame(DataFrame):
+    """The words of a segment whose end the VAD has not confirmed yet: the early pass finished
+    inside the VAD's stop wait. A guess, not a transcript: the LLM may start on it
+    (`SpeculativePrefill`), nothing else reads it. If the stop is confirmed, the segment's
+    TranscriptionFrame carries these same words; if the caller goes on, a longer one follows."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -217,7 +228,20 @@ class LocalWhisperSTTService(WhisperSTTService):
             # `_trailing_silence()` (1.14): transcribe what it holds now, padded the same way.
             self._pause_at = None
             snapshot = bytes(self._audio_buffer)
-            self._early.start(snapshot, snapshot + self._trailing_silence())
+            if (early := self._early.start(snapshot, snapshot + self._trailing_silence())) is not None:
+                self.create_task(self._announce(early), "early-guess")
+
+    async def _announce(self, early: EarlyPass) -> None:
+        """The early pass's words as a guess the moment it finishes, while the VAD's stop wait still
+        runs (the segment's transcript comes only after the stop is confirmed): the LLM starts on
+        the turn ~50-100 ms sooner. Not when the caller resumed, or the stop came first."""
+        try:
+            result = await asyncio.shield(early.future)
+        except Exception:
+            return  # run_stt transcribes the segment itself
+        if self._early.pending is early and result.text:
+            self.stats.early_guessed += 1
+            await self.push_frame(EarlyTranscriptFrame(result.text))
 
     def _early_after_bytes(self) -> int:
         return int((self.sample_rate or WHISPER_RATE) * EARLY_AFTER_S) * 2

@@ -12,6 +12,12 @@ When the VAD hears nothing at that moment, nothing changes and nothing is added.
 A segment the STT heard no words in (a breath or a click right after the caller's line) ends the
 strategy's STT wait at once (`SegmentHeardNothingFrame`), as a transcript would: Pipecat otherwise
 waits the STT's p99 latency for text that never comes (turn 1 of the sample call ended 0.8 s late).
+
+The words set the wait (`voice_agent/services/turn_text.py`): once the segment's final transcript
+is in, a turn whose words end a sentence ends `complete_s` after the VAD's stop instead of
+`user_speech_timeout`, and one cut off mid-clause ("and", "for the", a trailing comma) waits
+`incomplete_s`. Unsure text (no closing mark) keeps `user_speech_timeout`. The hold for speech the
+VAD has not confirmed applies to all three.
 """
 
 from __future__ import annotations
@@ -26,18 +32,24 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 
 from voice_agent.services.stt import SegmentHeardNothingFrame
+from voice_agent.services.turn_text import TurnEnding, turn_ending
 from voice_agent.services.vad import PauseAwareSileroVAD
 
 POLL_S = 0.01
 
 
 class HoldOnSpeechStopStrategy(SpeechTimeoutUserTurnStopStrategy):
-    def __init__(self, *, vad: PauseAwareSileroVAD, max_hold_s: float, **kwargs: Any) -> None:
+    def __init__(self, *, vad: PauseAwareSileroVAD, max_hold_s: float, complete_s: float | None = None,
+                 incomplete_s: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._vad = vad
         self._max_hold_s = max_hold_s
         self._hold_task: asyncio.Task | None = None
+        # None: that ending keeps `user_speech_timeout`.
+        self._wait_for: dict[TurnEnding, float | None] = {"complete": complete_s, "incomplete": incomplete_s}
+        self._vad_stopped_at: float | None = None
         self.holds = 0  # stops that waited for the VAD (how often a resumption was in progress)
+        self.endings: list[TurnEnding] = []  # how each segment's final transcript ended (for reports and tests)
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, SegmentHeardNothingFrame):
@@ -45,6 +57,27 @@ class HoldOnSpeechStopStrategy(SpeechTimeoutUserTurnStopStrategy):
             # end the STT safety wait (Pipecat waits ttfs_p99 - stop_secs for text otherwise).
             frame = TranscriptionFrame("", "", "", finalized=True)
         return await super().process_frame(frame)
+
+    async def _handle_vad_user_stopped_speaking(self, frame: Any) -> None:
+        self._vad_stopped_at = asyncio.get_running_loop().time()
+        await super()._handle_vad_user_stopped_speaking(frame)
+
+    async def _handle_transcription(self, frame: TranscriptionFrame) -> None:
+        await super()._handle_transcription(frame)
+        # Only a final transcript after the VAD's stop, while the speech timer still runs, resets it.
+        if not (frame.finalized and self._vad_stopped and self._vad_stopped_at is not None):
+            return
+        if self._user_speech_wait_done or self._vad_user_speaking or self._user_speech_timeout_task is None:
+            return
+        ending = turn_ending(self._text)
+        self.endings.append(ending)
+        wait = self._wait_for.get(ending)
+        if wait is None:
+            return
+        left = max(0.0, wait - (asyncio.get_running_loop().time() - self._vad_stopped_at))
+        await self.task_manager.cancel_task(self._user_speech_timeout_task)
+        self._user_speech_timeout_task = self.task_manager.create_task(
+            self._user_speech_timeout_handler(left), f"{self}::_user_speech_timeout_handler")
 
     async def trigger_user_turn_stopped(self, **kwargs: Any) -> None:
         if self._vad.state != VADState.STARTING:
