@@ -106,7 +106,7 @@ class CallOptions:
                                  "noise but barges in later", type=float)
     user_speech_timeout: float = 0.2       # after VAD stop, wait this long for more speech
     # Not shorter: 0.05 and 0.1 split the sample call's third line at its 0.26 s pause between two
-    # sentences in every replay (16 of 16); 0.15 in none.
+    # sentences in every replay (16 of 16); 0.15 in none of 4.
     turn_end_complete_s: float = knob(0.15, "--turn-end-complete-s",
                                       "after the VAD's stop, a turn whose transcript ends a sentence (. ? !) ends "
                                       "this soon (0.2: no shortcut)", type=float, metavar="S")
