@@ -1,7 +1,7 @@
 """A turn decoded ahead: the brain's first round over the caller's words as heard so far, started
 before the turn is decided and held, unspoken, until it is.
 
-The turn strategy asks the LLM only after the VAD's own 0.2 s stop and its own wait (0.05 s for
+The turn strategy asks the LLM only after the VAD's own 0.2 s stop and its own wait (0.15 s for
 words that end a sentence, services/turn_text.py; 0.2 s or more otherwise), and the words are
 there sooner: the early STT pass runs inside the VAD's wait, and its words come as a guess when it
 finishes first. Decoding from them at once puts the model's first passes inside those waits. Nothing

@@ -152,18 +152,19 @@ def part_search_due(messages: list[dict], policy: CallPolicy) -> str | None:
             continue
         found = [args for args, result in _calls_and_results(messages, search)
                  if isinstance(result, dict) and not _failed(result) and result.get("free_times")]
-        if found and _arguments(found[-1]).get("part_of_day") != part:
+        if found and _as_dict(found[-1]).get("part_of_day") != part:
             return search
     return None
 
 
-def _arguments(arguments: object) -> dict:
-    if isinstance(arguments, str):
+def _as_dict(value: object) -> dict:
+    """A call's arguments or a tool's result as a dict, parsed where it is JSON text; {} otherwise."""
+    if isinstance(value, str):
         try:
-            arguments = json.loads(arguments)
+            value = json.loads(value)
         except json.JSONDecodeError:
             return {}
-    return arguments if isinstance(arguments, dict) else {}
+    return value if isinstance(value, dict) else {}
 
 
 def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
@@ -294,12 +295,7 @@ def _retried(messages: list[dict], params: dict[str, dict]) -> str | None:
 
 
 def _failed(result: object) -> bool:
-    if isinstance(result, str):
-        try:
-            result = json.loads(result)
-        except json.JSONDecodeError:
-            return False
-    return isinstance(result, dict) and "error" in result
+    return "error" in _as_dict(result)
 
 
 def _always_required_text(argument: str, params: dict[str, dict]) -> bool:
@@ -336,7 +332,7 @@ def instead_tool(calls: list[dict], messages: list[dict], instead: dict[str, dic
 
 def _names_of(arguments: object) -> set[str]:
     """The name arguments' values of a call ("patient_name": "Beatriz Dlamini"), lowercased."""
-    return {" ".join(str(v).lower().split()) for k, v in _arguments(arguments).items() if NAME_ARGUMENT.search(k) and v}
+    return {" ".join(str(v).lower().split()) for k, v in _as_dict(arguments).items() if NAME_ARGUMENT.search(k) and v}
 
 
 def _served(messages: list[dict], tool: str) -> set[str]:

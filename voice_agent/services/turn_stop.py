@@ -49,7 +49,7 @@ class HoldOnSpeechStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         self._wait_for: dict[TurnEnding, float | None] = {"complete": complete_s, "incomplete": incomplete_s}
         self._vad_stopped_at: float | None = None
         self.holds = 0  # stops that waited for the VAD (how often a resumption was in progress)
-        self.endings: list[TurnEnding] = []  # how each segment's final transcript ended (for reports and tests)
+        self.endings: list[TurnEnding] = []  # how each segment's final transcript ended (tests read it)
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, SegmentHeardNothingFrame):
