@@ -205,10 +205,13 @@ class OutputParser:
 
     TAGS = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
 
-    def __init__(self, in_reasoning: bool = False) -> None:
+    def __init__(self, in_reasoning: bool = False, one_call: bool = False) -> None:
+        """`one_call`: the output is one call and nothing after it (tool_choice named a function):
+        text after the call's close is dropped, never spoken."""
         self.mode = "reasoning" if in_reasoning else "answer"
         self.buf = ""
         self.reasoning, self.answer, self.tool_text = "", "", ""
+        self.one_call = one_call
 
     def feed(self, text: str, final: bool = False) -> list[tuple[str, str]]:
         self.buf += text
@@ -239,7 +242,7 @@ class OutputParser:
                 self.tool_text += CALL_OPEN
             elif tag == CALL_CLOSE:
                 self.tool_text += CALL_CLOSE
-                self.mode = "answer"
+                self.mode = "after" if self.one_call else "answer"
         return events
 
     def _partial_tag_len(self, s: str) -> int:
@@ -258,7 +261,7 @@ class OutputParser:
             events.append(("reasoning", chunk))
         elif self.mode == "tool":
             self.tool_text += chunk
-        else:
+        elif self.mode == "answer":
             if not self.answer:
                 chunk = chunk.lstrip()
                 if not chunk:

@@ -54,7 +54,7 @@ class Request:
         self.engine, self.messages, self.tools, self.tokens = engine, messages, tools, tokens
         self.params, self.thinking_budget, self.thinking = params, thinking_budget, thinking
         self.prefix, self.stops, self.session, self.effort = prefix, stops, session, effort
-        self.parser = OutputParser(in_reasoning=thinking)
+        self.parser = OutputParser(in_reasoning=thinking, one_call=bool(prefix))
         if prefix:  # a forced tool call: the prompt already opened <tool_call>, so the output is its body
             self.parser.mode = "tool"
         self.call_announced = not prefix

@@ -21,6 +21,11 @@ NAME_OPEN = '\n{"name": "'
 CLOSE = "}}\n</tool_call>"
 MAX_SLOT_CHARS = 96  # a runaway value is cut here and closed
 SNAP_SLOTS = ("name", "key", "enum", "boolean")
+# A free string ends at a raw newline (not valid inside a JSON string) or a "}": a small model often
+# closes the object without closing the string ('"Thabo Shevchenko}}\n</tool_call>'), and the
+# string then swallowed the close and whatever followed. Tool arguments spoken on a call (names,
+# days, times) hold neither.
+STRING_BREAKS = "\n}"
 
 
 @dataclass
@@ -140,6 +145,8 @@ class ToolCallGuide:
                 if c == '"' and not here.endswith("\\"):
                     self.expect = '"' + self._next_member(first=False)
                     continue
+                if c in STRING_BREAKS:  # the model closed the object (or the line) but not the string
+                    return self._force(i, '"' + self._next_member(first=False))
                 if len(here) >= MAX_SLOT_CHARS:
                     return self._force(i, '"' + self._next_member(first=False))
             elif self.slot in ("integer", "number"):

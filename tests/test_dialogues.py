@@ -116,3 +116,28 @@ def test_the_name_question_names_the_intent_and_the_next_act_follows_it(tmp_path
     assert {r["act"] for r in after["lookup"]} == {"lookup_patient"}
     # a move still needs the new day and time (or has them all, and moves)
     assert all(r["act"] == "move_appointment" or "instead" in r["target"] for r in after["move"])
+
+
+def test_a_caller_told_the_time_is_taken_books_one_of_the_offered_times(tmp_path):
+    """The taken-slot error names the taken time; the caller must pick from the free times listed
+    after it (before, it asked for the taken time again until the call ran out of turns)."""
+    from voice_agent.dialogues import lexicon as lex
+    from voice_agent.scenarios import load_scenario
+
+    said = ("Sorry, Wednesday, December 2nd at 12 pm is already taken. Free times that day include "
+            "11 am, 11:30 am and 12:30 pm. Would one of those work?")
+    assert gen._offered(said) == ["11:00", "11:30", "12:30"]
+    rng = gen.random.Random(5)
+    names, scenario = lex.split_names(rng), load_scenario("dental_receptionist")
+    played = 0
+    while played < 5:
+        plan = gen.plan_call(rng, names["train"], "train")
+        if plan.kind != "book_taken":
+            continue
+        taken = next((a["date"], a["time"]) for a in plan.existing if a["service"] == "checkup"
+                     and (a["date"], a["time"]) == (plan.day.isoformat(), plan.time))
+        call = gen.play(plan, scenario, rng, 0.5, tmp_path)
+        booked = [(a["date"], a["time"]) for a in call.db.appointments(plan.name)]
+        assert len(booked) == 1 and booked[0] != taken, (call.caller_turns, booked)
+        assert len(call.caller_turns) < 10
+        played += 1

@@ -271,3 +271,18 @@ def test_a_think_closer_without_its_bracket_still_ends_the_reasoning(chunks):
     for i, c in enumerate(chunks):
         p.feed(c, final=i == len(chunks) - 1)
     assert p.answer.strip() == "What day suits you?" and p.reasoning.strip() == "I need a day."
+
+
+def test_text_after_a_forced_call_is_never_an_answer():
+    """tool_choice named a function: the output is that call, and what the model writes after its
+    close (here a mangled second opener) is dropped, not spoken; without one_call it is the answer."""
+    from engine.chat_format import OutputParser
+
+    tail = '{"patient_name": "Ana Ruiz"}}\n</tool_call>\ntool__call>\n{"}}'
+    forced, free = OutputParser(one_call=True), OutputParser()
+    forced.mode = free.mode = "tool"
+    events = forced.feed(tail, final=True)
+    assert forced.answer == "" and not [e for e in events if e[0] == "answer"]
+    assert forced.tool_text.endswith("</tool_call>")
+    free.feed(tail, final=True)
+    assert free.answer.startswith("tool__call>")

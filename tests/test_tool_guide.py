@@ -84,6 +84,17 @@ def test_runaway_values_and_junk_end_in_a_parseable_call():
     assert g.done and _call(out)["name"] in {t["function"]["name"] for t in DENTAL_TOOLS}
 
 
+@pytest.mark.parametrize("block_chars", [1, 4, 9])
+def test_a_string_the_model_never_closed_ends_at_the_objects_close(block_chars):
+    """Seen on a held-out call: '"Thabo Shevchenko}}' and the name swallowed the close, the text
+    after it and the call; the turn spoke the leftovers."""
+    out, g = guide_text('{"patient_name": "Thabo Shevchenko}}\n</tool_call>\ntool__call>\n{"}}', block_chars,
+                        forced_name="cancel_appointment")
+    assert g.done and json.loads(out[: out.rindex("}")]) == {"patient_name": "Thabo Shevchenko"}
+    out, g = guide_text('\n{"name": "lookup_patient", "arguments": {"patient_name": "Ana Ruiz\nok', block_chars)
+    assert g.done and _call(out)["arguments"] == {"patient_name": "Ana Ruiz"}
+
+
 def test_prompt_opened_calls_resume_where_the_prompt_stopped():
     out, g = guide_text('{"date": "2026-12-01"}}\n</tool_call>', 4, forced_name="find_free_slots")
     assert g.done and json.loads(out[: out.rindex("}")]) == {"date": "2026-12-01"}
