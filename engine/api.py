@@ -178,8 +178,10 @@ class Engine:
     def prepare(self, messages, tools=None, tool_choice=None, reasoning_effort: str = "low",
                 max_tokens: int = 256, session: Session | None = None, stop=None,
                 temperature: float = 0.0, seed: int | None = None, block_size: int | None = None,
-                threshold: float | None = None, guided_tools: bool | None = None) -> Request:
-        """Check a request and turn it into tokens and decoding parameters (no model work)."""
+                threshold: float | None = None, guided_tools: bool | None = None,
+                call_progress: bool = False) -> Request:
+        """Check a request and turn it into tokens and decoding parameters (no model work).
+        `call_progress`: stream "tool_args" events, the call's text so far each time it grows."""
         try:
             validate_messages(messages)
         except MessageError as e:
@@ -241,6 +243,7 @@ class Engine:
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                       thinking, prefix, stops, session, reasoning_effort)
         req.guided = self.guided_tools if guided_tools is None else guided_tools
+        req.call_progress = bool(call_progress)
         if tools and req.guided and prefix:  # the prompt already opened the call: guide it from the first block
             named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
             req.guide = ToolCallGuide(tools, forced_name=named, opened=named is None)

@@ -205,6 +205,9 @@ class DecodeLoop:
         nothing to stream, such as a tool call's arguments."""
         finished = False
         try:
+            if not req.call_announced:  # a forced call is known before its prompt is prefilled: say so now
+                req.call_announced = True
+                yield StreamEvent("tool_call", "", req._ms())
             self.admit([self.plan(req)])
             while not req.state.done:
                 if stop is not None and stop.is_set():

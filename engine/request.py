@@ -72,6 +72,10 @@ class Request:
         self.guided = engine.guided_tools
         self.guide: ToolCallGuide | None = None
         self.early = engine.stream_committed_prefix
+        # Stream a "tool_args" event with the call's text each time it grows (Engine.prepare's
+        # call_progress), so a caller can act on arguments before the call is complete.
+        self.call_progress = False
+        self._call_text_sent = ""
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -119,6 +123,9 @@ class Request:
                 final = True
                 self.stopped_by_string = True
         events = self._feed(delta, final)
+        if self.call_progress and not final and self.parser.tool_text != self._call_text_sent:
+            self._call_text_sent = self.parser.tool_text
+            events.append(StreamEvent("tool_args", self.prefix + self.parser.tool_text, self._ms(), self.snapshot()))
         if not self.reasoning_closed and self.parser.mode != "reasoning":
             self.reasoning_closed = True
         if (not self.reasoning_closed and not st.done and st.steps_in_block == 0
@@ -182,34 +189,11 @@ class Request:
             self.tools and (self.parser.tool_text or self.prefix)) else None
         answer = self.parser.answer.strip()
         reasoning = self.parser.reasoning.strip()
-        t_end = time.perf_counter()
-        decode_s = max(t_end - self.t_prefill_end, 1e-9)
-        n = len(st.generated)
         tool_calls = parsed.calls if parsed else []
         repairs = ground_calls(tool_calls, self.tools, self.messages) if tool_calls else []
         finish = "tool_calls" if tool_calls else ("stop" if st.finish_reason == "stop" else st.finish_reason or "stop")
-        metrics = {
-            "ttft_ms": round(self.ttft_ms, 2) if self.ttft_ms is not None else None,
-            "ttfat_ms": round(self.ttfat_ms, 2) if self.ttfat_ms is not None else None,
-            "prefill_ms": round(self.prefill_ms, 2),
-            "decode_ms": round(decode_s * 1000, 2),
-            "total_ms": round(self._ms(), 2),
-            "decode_tok_s": round(n / decode_s, 2),
-            # Only what the model decoded: infilled text (the tool-call skeleton) came for free.
-            "tokens_per_forward": round((n - st.infilled) / max(st.forward_passes, 1), 3),
-            "infilled_tokens": st.infilled,
-            # grounded arguments mended to the conversation's words (engine/grounding.py)
-            "argument_repairs": [vars(r) for r in repairs],
-            "forward_passes": st.forward_passes,
-            "completion_tokens": n,
-            "reasoning_tokens": self.engine.count_tokens(reasoning) if reasoning else 0,
-            "prompt_tokens": len(self.tokens),
-            "cached_tokens": self.cached_tokens,
-            "block_size": self.params.block_size,
-            "threshold": self.params.threshold,
-            "reasoning_effort": self.effort,
-            "model": self.engine.model_name,
-        }
+        metrics = self._metrics(reasoning)
+        metrics["argument_repairs"] = [vars(r) for r in repairs]
         result = ChatResult(
             text=answer,
             reasoning=reasoning,
@@ -224,6 +208,39 @@ class Request:
             self.session.record(self.tokens + st.generated, list(self.messages) + [result.message()],
                                 prompt_len=len(self.tokens))
         return result
+
+    def snapshot(self) -> ChatResult:
+        """The request so far, unfinished (`finish_reason` "partial"): its metrics up to now."""
+        return ChatResult(text=self.parser.answer.strip(), reasoning=self.parser.reasoning.strip(), tool_calls=[],
+                          tool_errors=[], finish_reason="partial", metrics=self._metrics(self.parser.reasoning.strip()),
+                          model=self.engine.model_name, raw_text=self.text)
+
+    def _metrics(self, reasoning: str) -> dict:
+        st = self.state
+        decode_s = max(time.perf_counter() - self.t_prefill_end, 1e-9)
+        n = len(st.generated)
+        return {
+            "ttft_ms": round(self.ttft_ms, 2) if self.ttft_ms is not None else None,
+            "ttfat_ms": round(self.ttfat_ms, 2) if self.ttfat_ms is not None else None,
+            "prefill_ms": round(self.prefill_ms, 2),
+            "decode_ms": round(decode_s * 1000, 2),
+            "total_ms": round(self._ms(), 2),
+            "decode_tok_s": round(n / decode_s, 2),
+            # Only what the model decoded: infilled text (the tool-call skeleton) came for free.
+            "tokens_per_forward": round((n - st.infilled) / max(st.forward_passes, 1), 3),
+            "infilled_tokens": st.infilled,
+            # grounded arguments mended to the conversation's words (engine/grounding.py)
+            "argument_repairs": [],
+            "forward_passes": st.forward_passes,
+            "completion_tokens": n,
+            "reasoning_tokens": self.engine.count_tokens(reasoning) if reasoning else 0,
+            "prompt_tokens": len(self.tokens),
+            "cached_tokens": self.cached_tokens,
+            "block_size": self.params.block_size,
+            "threshold": self.params.threshold,
+            "reasoning_effort": self.effort,
+            "model": self.engine.model_name,
+        }
 
 
 __all__ = ["Request"]

@@ -28,7 +28,9 @@ class ChatResult:
 
 @dataclass
 class StreamEvent:
-    type: str  # "reasoning" | "answer" | "tool_call" (the model opened a call; no text) | "done"
+    # "reasoning" | "answer" | "tool_call" (the model opened a call; no text) | "done"; with
+    # call_progress, "tool_args" (the call's text so far; `result` is a partial snapshot)
+    type: str
     text: str = ""
     t_ms: float = 0.0  # since the request started
     result: ChatResult | None = None

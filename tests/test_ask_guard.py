@@ -280,3 +280,71 @@ def test_day_words_alone_are_no_name_and_the_callers_latest_time_wins_over_a_lis
         calls = [_book(patient_name="yolanda achterberg", date="the tenth", time="12:30", service="filling")]
         assert check_calls(calls, SCENARIO.tools, msgs[:-1] + [{"role": "user", "content": line}],
                            SCENARIO.ask) == ([], None), line
+
+
+class WritingBrain(Brain):
+    """A brain whose model writes one call in steps, as the engine streams it with call_progress:
+    a "tool_args" event per step, then "done". `closed` says whether the decode was stopped early."""
+
+    def __init__(self, steps: list[str], call: dict) -> None:
+        super().__init__()
+        self.policy = SCENARIO.policy
+        self.steps, self.call, self.streamed, self.closed_after = steps, call, 0, None
+
+    @property
+    def model_name(self) -> str:
+        return "writing"
+
+    async def _attempt(self, messages, params):
+        partial = TurnResult(text="", reasoning="", tool_calls=[], tool_errors=[], finish_reason="partial",
+                             metrics={"forward_passes": 1})
+        try:
+            yield TurnEvent("tool_call")
+            for step in self.steps:
+                self.streamed += 1
+                yield TurnEvent("tool_args", step, result=partial)
+            yield TurnEvent("done", result=TurnResult(text="", reasoning="", tool_calls=[self.call], tool_errors=[],
+                                                      finish_reason="tool_calls", metrics={"forward_passes": 9}))
+        finally:
+            self.closed_after = self.closed_after or self.streamed
+
+
+BOOK_STEPS = ['<tool_call>\n{"name": "book_appointment", "arguments": {"patient_name": "sa',
+              '<tool_call>\n{"name": "book_appointment", "arguments": {"patient_name": "sarah", "',
+              '<tool_call>\n{"name": "book_appointment", "arguments": {"patient_name": "sarah", "date": "wednesday", "',
+              '<tool_call>\n{"name": "book_appointment", "arguments": {"patient_name": "sarah", "date": "wednesday", '
+              '"time": "nine am", "service": "checkup"}}\n</tool_call>']
+
+
+async def test_a_name_nobody_said_is_asked_for_as_soon_as_it_is_written_and_the_decode_stops():
+    msgs = [{"role": "user", "content": "a checkup on wednesday at nine am please"}]
+    brain = WritingBrain(BOOK_STEPS, _book(patient_name="sarah", date="wednesday", time="nine am", service="checkup"))
+    events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
+    assert [(e.type, e.text) for e in events if e.type != "tool_call"] == [("answer", SCENARIO.ask["patient_name"]),
+                                                                          ("done", "")]
+    assert brain.closed_after == 2  # stopped at the step that closed the name, not after the whole call
+    done = events[-1].result
+    assert done.tool_calls == [] and done.metrics["forward_passes"] == 1
+    assert done.metrics["asked_instead_of_call"]["before_decoded"] is True
+    # A name the caller gave is not asked for: the call is decoded to its end and goes through.
+    said = msgs + [{"role": "user", "content": "it's for sarah"}]
+    brain = WritingBrain(BOOK_STEPS, _book(patient_name="sarah", date="wednesday", time="nine am", service="checkup"))
+    events = [ev async for ev in brain.turn(said, tools=SCENARIO.tools)]
+    assert brain.closed_after == len(BOOK_STEPS) and events[-1].result.tool_calls
+
+
+def test_an_argument_is_decided_early_only_when_every_grounded_one_before_it_is_written():
+    from voice_agent.brain.ask_guard import partial_call, unsaid_before_decoded
+
+    msgs = _turn("i'd like a checkup it's for maria lopez")
+    head = '<tool_call>\n{"name": "book_appointment", "arguments": {'
+    assert partial_call(head[:30]) is None
+    assert partial_call(head + '"patient_name": "maria lo') == ("book_appointment", {})
+    # the time is unsaid, but the date before it is not written yet: it could be the one asked about
+    text = head + '"patient_name": "maria lopez", "time": "one", "'
+    assert partial_call(text) == ("book_appointment", {"patient_name": "maria lopez", "time": "one"})
+    assert unsaid_before_decoded(text, SCENARIO.tools, msgs, SCENARIO.ask) is None
+    full = head + '"patient_name": "maria lopez", "date": "monday", "time": "one", "'
+    unsaid = unsaid_before_decoded(full, SCENARIO.tools, msgs, SCENARIO.ask)
+    assert unsaid is not None and unsaid.argument == "date"  # "monday" nobody said either, and it comes first
+    assert unsaid_before_decoded(full, SCENARIO.tools, msgs, {}) is None  # no ask block: never

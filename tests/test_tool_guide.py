@@ -141,6 +141,19 @@ def test_a_forced_call_is_announced_in_the_stream_before_its_body_is_decoded(tin
     assert "tool_call" not in [e.type for e in plain]
 
 
+def test_a_forced_call_is_announced_before_its_prompt_is_prefilled(tiny_dllm, monkeypatch):
+    """The filler can start while the prompt is still prefilling: the forced call is known already."""
+    prefills = []
+    real = tiny_dllm.runner.prefill
+    monkeypatch.setattr(tiny_dllm.runner, "prefill", lambda *a, **k: prefills.append(1) or real(*a, **k))
+    stream = tiny_dllm.stream(CALL, tools=DENTAL_TOOLS, max_tokens=200, reasoning_effort="instant",
+                              tool_choice={"type": "function", "function": {"name": "cancel_appointment"}})
+    first = next(stream)
+    assert first.type == "tool_call" and prefills == []
+    rest = list(stream)
+    assert prefills and rest[-1].type == "done" and rest[-1].result.tool_calls
+
+
 def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
     from engine.block_rewrite import repair_tags
 
@@ -166,3 +179,18 @@ def test_a_reply_whose_first_word_took_the_openers_place_becomes_a_call_only_at_
     assert repair_tags("Cantool_call>", reasoning=False, tools=True, answer_start=False) == "Cantool_call>"
     assert repair_tags("Cantool_call>", reasoning=False, tools=False, answer_start=True) == "Cantool_call>"
     assert repair_tags("Sure, what day", **start) == "Sure, what day"
+
+
+def test_call_progress_streams_the_call_text_as_it_grows_and_only_when_asked(tiny_dllm):
+    choice = {"type": "function", "function": {"name": "cancel_appointment"}}
+    events = list(tiny_dllm.stream(CALL, tools=DENTAL_TOOLS, tool_choice=choice, max_tokens=200,
+                                   reasoning_effort="instant", call_progress=True))
+    texts = [e.text for e in events if e.type == "tool_args"]
+    assert texts and texts[0].startswith('<tool_call>\n{"name": "cancel_appointment", "arguments": ')
+    assert all(b.startswith(a) and b != a for a, b in zip(texts, texts[1:], strict=False))  # each one grows
+    snap = next(e for e in events if e.type == "tool_args").result
+    assert snap.finish_reason == "partial" and snap.metrics["forward_passes"] >= 1
+    assert events[-1].type == "done" and events[-1].result.tool_calls
+    quiet = list(tiny_dllm.stream(CALL, tools=DENTAL_TOOLS, tool_choice=choice, max_tokens=200,
+                                  reasoning_effort="instant"))
+    assert "tool_args" not in [e.type for e in quiet]  # the OpenAI server never asks for them

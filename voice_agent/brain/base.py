@@ -17,6 +17,7 @@ One policy for every framework:
 from __future__ import annotations
 
 import contextlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -24,7 +25,13 @@ from typing import Any
 
 from loguru import logger
 
-from voice_agent.brain.ask_guard import ask_instead
+from voice_agent.brain.ask_guard import (
+    NAME_ARGUMENT,
+    ask_instead,
+    asked_early,
+    partial_call,
+    unsaid_before_decoded,
+)
 from voice_agent.brain.tool_choice import instead_tool, named, turn_tool_choice
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent
@@ -67,6 +74,13 @@ class Brain(ABC):
                 instead, discarded = None, None
                 async with contextlib.aclosing(self._attempt(msgs, params)) as events:
                     async for ev in events:
+                        if ev.type == "tool_args":  # a call still being written: is its question decided?
+                            early = None if answered else self._ask_early(ev, msgs, params, check_instead=True)
+                            for asked in early or []:
+                                yield _noted(asked, chosen)
+                            if early:
+                                return  # closing the attempt stops the decode after its current pass
+                            continue
                         started = True
                         answered = answered or (ev.type == "answer" and bool(ev.text.strip()))
                         if ev.type == "done" and ev.result is not None and not answered:
@@ -100,11 +114,40 @@ class Brain(ABC):
                 if discarded.get(k) is not None}
         async with contextlib.aclosing(self._attempt(msgs, forced)) as events:
             async for ev in events:
+                if ev.type == "tool_args":
+                    early = self._ask_early(ev, msgs, params, check_instead=False)
+                    for asked in early or []:
+                        yield _noted(asked, {"instead": tool, **cost})
+                    if early:
+                        return
+                    continue
                 if ev.type == "done" and ev.result is not None:
                     for asked in ask_instead(ev.result, params.get("tools"), msgs, self.policy.ask):
                         yield _noted(asked, {"instead": tool, **cost})
                     continue
                 yield ev
+
+    def _ask_early(self, ev: TurnEvent, msgs: list[dict], params: dict, check_instead: bool) -> list[TurnEvent] | None:
+        """The question, when the call being written (a "tool_args" event) already decides that the
+        ask guard will replace it (ask_guard.unsaid_before_decoded), and no `instead` rule could still
+        replace the call first; None to decode on."""
+        if ev.result is None:
+            return None
+        tools = params.get("tools") or []
+        unsaid = unsaid_before_decoded(ev.text, tools, msgs, self.policy.ask)
+        if unsaid is None:
+            return None
+        if check_instead:
+            name, args = partial_call(ev.text) or ("", {})
+            rule = self.policy.instead.get(name) or {}
+            props = next((t["function"].get("parameters", {}).get("properties", {}) for t in tools
+                          if t["function"]["name"] == name), {})
+            if "after" in rule and any(NAME_ARGUMENT.search(k) and k not in args for k in props):
+                return None  # the rule reads the call's names: not written yet
+            call = {"id": "partial", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            if instead_tool([call], msgs, self.policy.instead) is not None:
+                return None
+        return asked_early(ev.result, unsaid)
 
     def warm(self, messages: list[dict], **params: Any) -> None:  # noqa: B027 - a remote server keeps its own prefix cache
         """Start prefilling the call's fixed prefix (system prompt + tools) in the background, e.g.

@@ -135,7 +135,8 @@ class EngineBrain(Brain):
             try:
                 # `stop` ends the decode after its current pass, also inside a tool call (which
                 # streams nothing, so the check below alone could let it run on for a second).
-                gen = self.engine.stream(messages, session=self.session, stop=stop, **params)
+                # call_progress: a call's arguments as they are written (Brain._ask_early).
+                gen = self.engine.stream(messages, session=self.session, stop=stop, call_progress=True, **params)
                 try:
                     for ev in gen:
                         if stop.is_set():
