@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from engine.block_rewrite import rewrite_finished_block
-from engine.chat_format import OutputParser
+from engine.chat_format import THINK_CLOSE, OutputParser
 from engine.grounding import ground_calls
 from engine.results import ChatResult, StreamEvent
 from engine.sequence import DecodeParams, Sequence
@@ -58,6 +58,8 @@ class Request:
         if prefix:  # a forced tool call: the prompt already opened <tool_call>, so the output is its body
             self.parser.mode = "tool"
         self.call_announced = not prefix
+        self.opening_announced = False  # a reply that began "<tool" was announced as a call (_opening_call)
+        self.opening_echoed = False  # ... and the parser's announcement of that call was dropped
         self.state: Sequence | None = None
         self.t0 = time.perf_counter()
         self.t_prefill_end = 0.0
@@ -97,6 +99,7 @@ class Request:
         call (the prompt opened it: tool_choice) is announced with the first events, as a call the
         model opens is, so that a voice agent can say its filler now."""
         events = self._absorb()
+        events = self._opening_call() + events
         if not self.call_announced:
             self.call_announced = True
             events.insert(0, StreamEvent("tool_call", "", self._ms()))
@@ -163,9 +166,29 @@ class Request:
             self.ttft_ms = self._ms()
         return self._feed(delta)
 
+    def _opening_call(self) -> list[StreamEvent]:
+        """A reply whose committed text begins "<tool" is a call: announce it now. The opener is five
+        tokens, so the parser sees it whole only when its second block finishes, a pass or two (~100 ms
+        on a call) after the first; a voice agent says its filler on this event."""
+        if self.opening_announced or not self.tools or not self.call_announced or self.parser.mode != "answer":
+            return []
+        if self.parser.answer.strip() or self.parser.tool_text or not self.reasoning_closed or self.state is None:
+            return []
+        st = self.state
+        text = self.engine.tokenizer.decode(st.generated + st.committed_prefix(), skip_special_tokens=True)
+        if not text.rpartition(THINK_CLOSE)[2].lstrip().startswith("<tool"):
+            return []
+        self.opening_announced = True
+        return [StreamEvent("tool_call", "", self._ms())]
+
     def _feed(self, delta: str, final: bool = False) -> list[StreamEvent]:
         """New text through the output parser, as events; the first answer event sets TTFAT."""
         events = [StreamEvent(kind, text, self._ms()) for kind, text in self.parser.feed(delta, final=final)]
+        if self.opening_announced and not self.opening_echoed:  # the parser's own word on that call
+            i = next((i for i, e in enumerate(events) if e.type == "tool_call"), None)
+            if i is not None:
+                self.opening_echoed = True
+                del events[i]
         if self.ttfat_ms is None and any(e.type == "answer" for e in events):
             self.ttfat_ms = events[0].t_ms
         return events

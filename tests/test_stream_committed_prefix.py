@@ -99,3 +99,45 @@ def test_streaming_early_keeps_tool_calls_intact(default_engine):
     # What streams early is what streams whole, markup the model wrote itself included.
     assert "".join(t for _, t in early) == "".join(t for _, t in whole)
     assert "".join(t for _, t in early).strip() == r_early.text
+
+
+SAMPLE_TURN_1 = [
+    {"role": "system", "content": "{system}"},
+    {"role": "user", "content": "Hi, I'd like to book a teeth cleaning for next Tuesday."},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "find_free_slots", "arguments": "{\"date\": \"next Tuesday\", \"service\": \"cleaning\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "{\"date\": \"2026-12-08\", \"day\": \"Tuesday, December 8th\", "
+                                                       "\"free_times\": [\"9 am\", \"9:30 am\", \"10 am\"]}"},
+    {"role": "assistant", "content": "On Tuesday, December 8th I have 9 am, 9:30 am or 10 am. Which would you like?"},
+    {"role": "user", "content": "Do you have anything in the morning?"},
+]
+
+
+def test_a_reply_that_begins_a_call_is_announced_before_the_opener_is_whole(default_engine):
+    """The opener "<tool_call>" is five tokens: the parser sees it only when its second block
+    finishes. A reply whose committed text begins "<tool" is announced at once (one pass sooner on
+    the sample call's second turn, where the model opens a booking), and only once."""
+    import datetime as dt
+
+    from voice_agent.scenarios import load_scenario
+
+    sc = load_scenario("dental_receptionist")
+    msgs = [dict(m) for m in SAMPLE_TURN_1]
+    msgs[0]["content"] = sc.system_prompt_for(dt.date(2026, 12, 1))
+    passes = {"n": 0}
+    forward = default_engine.runner.forward
+
+    def counted(*a, **k):
+        passes["n"] += 1
+        return forward(*a, **k)
+
+    default_engine.runner.forward = counted
+    try:
+        events = [(e, passes["n"]) for e in default_engine.stream(msgs, tools=sc.tools, reasoning_effort="instant",
+                                                                   call_progress=True)]
+    finally:
+        default_engine.runner.forward = forward
+    announced = [n for e, n in events if e.type == "tool_call"]
+    first_args = next(n for e, n in events if e.type == "tool_args")
+    assert len(announced) == 1 and announced[0] < first_args
+    assert events[-1][0].result.tool_calls  # it was a call

@@ -48,11 +48,13 @@ def _load_hibari(threads: int):
     return tts
 
 
-def trim_silence(audio: np.ndarray, rate: int, lead_keep_s: float = 0.04, trail_keep_s: float = 0.25,
+def trim_silence(audio: np.ndarray, rate: int, lead_keep_s: float = 0.01, trail_keep_s: float = 0.25,
                  threshold: float = 0.01) -> np.ndarray:
     """Cut a synthesized sentence's padding. Hibari pads each sentence with ~0.3 s of silence in
     front and ~0.47 s behind: untrimmed, that is 0.3 s added to every reply's first audio and a
-    0.77 s gap between sentences."""
+    0.77 s gap between sentences. Nothing louder than `threshold` (-40 dBFS) is cut; 10 ms before
+    the first such sample is kept (40 ms was: Pipecat's TTFA counted 38-51 ms of leading silence
+    before each reply's first word)."""
     loud = np.flatnonzero(np.abs(audio) > threshold)
     if loud.size == 0:
         return audio
