@@ -68,3 +68,37 @@ async def test_an_early_pass_is_a_guess_and_the_transcript_repeating_it_starts_n
     spec = llm.brain.speculation
     assert (spec.used, spec.wasted) == (1, 0)
     assert llm.last_metrics["prompt_tokens"] - llm.last_metrics["cached_tokens"] <= 4
+
+
+async def test_an_early_pass_is_a_guess_only_if_it_finishes_before_the_vads_stop():
+    """The STT pushes an early pass's words as a guess when the pass finishes while its stop is still
+    pending; a pass that finishes after the stop was confirmed (or after the caller resumed) is not
+    pushed: its segment's transcript comes anyway. Deterministic here; the replay tests see either."""
+    from voice_agent.services.stt import LocalWhisperSTTService, Transcript
+
+    stt = LocalWhisperSTTService(early=True)  # the model loads at the pipeline's start, not here
+    pushed = []
+
+    async def push_frame(frame, direction=None):
+        pushed.append(frame)
+
+    stt.push_frame = push_frame
+
+    def transcribe(pcm: bytes) -> Transcript:
+        return Transcript(text=pcm.decode(), window="short")
+
+    stt._early._transcribe = transcribe
+    first = stt._early.start(b"before", b"before")
+    await stt._announce(first)  # finished while the stop is pending: a guess
+    assert [f.text for f in pushed if isinstance(f, EarlyTranscriptFrame)] == ["before"]
+    assert stt.stats.early_guessed == 1
+    stt._early.confirmed()
+
+    second = stt._early.start(b"after", b"after")
+    stt._early.confirmed()  # the VAD confirmed the stop before the pass finished
+    await stt._announce(second)
+    third = stt._early.start(b"resumed", b"resumed")
+    stt._early.resumed()  # the caller went on
+    await stt._announce(third)
+    assert [f.text for f in pushed if isinstance(f, EarlyTranscriptFrame)] == ["before"]
+    assert stt.stats.early_guessed == 1

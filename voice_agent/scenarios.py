@@ -41,6 +41,9 @@ class CallPolicy:
     ask: dict[str, str] = field(default_factory=dict)
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
     intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # topic -> fact, and topic -> the caller's phrases that ask about it (brain/facts.py)
+    facts: dict[str, str] = field(default_factory=dict)
+    fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,15 @@ class Scenario:
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
     # tool -> the caller's phrases that ask for it ("call off" for cancel_appointment; tool_choice.py)
     intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # topic -> the caller's phrases that ask about that fact ("how much" for prices; brain/facts.py)
+    fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def policy(self) -> CallPolicy:
-        """The ask, instead and intents blocks: what every brain of a call applies to its turns."""
-        return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents))
+        """The ask, instead, intents and fact_questions blocks (with the facts): what every brain of a
+        call applies to its turns."""
+        return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents),
+                          facts=dict(self.facts), fact_questions=dict(self.fact_questions))
 
     @property
     def tool_names(self) -> list[str]:
@@ -154,7 +161,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
     known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead",
-             "intents"}
+             "intents", "fact_questions"}
     tools = _parse_tools(data.get("tools") or [], where)
     return Scenario(
         name=name,
@@ -169,7 +176,27 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         ask=_parse_ask(data.get("ask"), tools, where),
         instead=_parse_instead(data.get("instead"), tools, where),
         intents=_parse_intents(data.get("intents"), tools, where),
+        fact_questions=_parse_fact_questions(data.get("fact_questions"), data.get("facts"), where),
     )
+
+
+def _parse_fact_questions(questions: Any, facts: Any, where: str) -> dict[str, tuple[str, ...]]:
+    """`topic: [phrase, ...]`, each topic one of the `facts` block's."""
+    if questions is None:
+        return {}
+    if not isinstance(questions, dict):
+        raise ScenarioError(f"{where}: 'fact_questions' must map a fact's topic to a list of the caller's phrases")
+    topics = set(facts) if isinstance(facts, dict) else set()
+    out = {}
+    for topic, phrases in questions.items():
+        if topic not in topics:
+            raise ScenarioError(f"{where}: fact_questions.{topic}: the facts block has no {topic!r}; "
+                                f"known: {', '.join(sorted(topics)) or 'none'}")
+        if (not isinstance(phrases, list) or not phrases
+                or not all(isinstance(p, str) and p.strip() for p in phrases)):
+            raise ScenarioError(f"{where}: fact_questions.{topic} must be a non-empty list of phrases")
+        out[str(topic)] = tuple(p.strip() for p in phrases)
+    return out
 
 
 def _parse_ask(ask: Any, tools: list[dict], where: str) -> dict[str, str]:

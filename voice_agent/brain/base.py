@@ -32,9 +32,10 @@ from voice_agent.brain.ask_guard import (
     partial_call,
     unsaid_before_decoded,
 )
+from voice_agent.brain.facts import fact_answer
 from voice_agent.brain.tool_choice import instead_tool, named, turn_tool_choice
 from voice_agent.brain.trim import HistoryTrimmer
-from voice_agent.brain.types import BrainError, TurnEvent
+from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
 from voice_agent.scenarios import CallPolicy
 
 TURN_PARAMS = ("tools", "tool_choice", "reasoning_effort", "max_tokens", "temperature", "seed", "stop")
@@ -60,6 +61,14 @@ class Brain(ABC):
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
+        answered_from = fact_answer(msgs, self.policy)
+        if answered_from is not None:  # a question about the clinic's facts: their words, no decode
+            topics, text = answered_from
+            logger.info(f"the caller asks about {', '.join(topics)}: answered from the facts (brain/facts.py)")
+            yield TurnEvent("answer", text)
+            yield TurnEvent("done", result=TurnResult(text=text, reasoning="", tool_calls=[], tool_errors=[],
+                                                      finish_reason="stop", metrics={"answered_from_facts": topics}))
+            return
         chosen: dict[str, str] = {}
         if params.get("tools") and params.get("tool_choice") in (None, "auto"):
             decided = turn_tool_choice(msgs, params["tools"], self.policy)
