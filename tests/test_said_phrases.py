@@ -28,6 +28,9 @@ TODAY = dt.date(2026, 12, 1)
     # seed-2 gen_038: "december ten" is a day, but "ten am" after a whole date is its time
     ("Let's say the eleventh of december ten am would be great.", ["the eleventh of december"], ["ten am"]),
     ("december ten works", ["december ten"], []),
+    # ASR's hesitations inside a phrase are not part of it (seed-4 gen_020 was booked at ten)
+    ("make it ten um thirty am", [], ["ten thirty am"]),
+    ("the uh ninth of december", ["the ninth of december"], []),
 ])
 def test_days_and_times_are_found_whole_and_a_day_of_the_month_is_no_time(text, days, times):
     assert phrases_in(text, "day", TODAY) == days

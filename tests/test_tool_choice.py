@@ -166,6 +166,11 @@ def test_which_questions_carry_a_tool_choice():
     # (seed-2 gen_034: v7 booked "the third at twelve thirty" and asked for a service); the ask
     # guard asks what the move still lacks
     assert carried_tool(_turn("a", "thursday", asked=ask["new_date"]), SCENARIO.tools, ask) == "move_appointment"
+    # The booking's own service question, answered with a service, is the booking (seed-4 gen_008);
+    # an answer that names none carries nothing.
+    svc = ask["book_appointment.service"]
+    assert carried_tool(_turn("a", "A cavity looked at please.", asked=svc), SCENARIO.tools, ask) == "book_appointment"
+    assert carried_tool(_turn("a", "what do you have", asked=svc), SCENARIO.tools, ask) is None
     assert carried_tool(_turn("a", "i am not sure", asked=ask["new_date"]), SCENARIO.tools, ask) is None
     assert carried_tool(_turn("a", "tomasz nowak", asked=ask["lookup_patient.patient_name"]),
                         SCENARIO.tools, ask) == "lookup_patient"

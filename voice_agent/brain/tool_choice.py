@@ -51,6 +51,7 @@ from engine.grounding import GROUNDED_KEY
 from voice_agent.brain.ask_guard import NAME_ARGUMENT
 from voice_agent.said_phrases import (
     COPIED_KINDS,
+    PHRASE_KINDS,
     caller_turns,
     latest_said,
     part_of_day,
@@ -250,11 +251,23 @@ def carried_tool(messages: list[dict], tools: list[dict] | None, ask: dict[str, 
             continue
         if tool and (params.get(tool, {}).get("required") or []) == [argument]:
             return tool
+        if tool and _names_its_kind(argument, params.get(tool, {}), messages):
+            return tool  # the tool's own question, answered: "What is the visit for?" - "a filling"
         if not tool and _always_required_text(argument, params):
             return "required"
         if not tool and (only := _only_taker(argument, params, messages)) is not None:
             return only
     return _retried(messages, params)
+
+
+def _names_its_kind(argument: str, param: dict, messages: list[dict]) -> bool:
+    """The caller's latest words name a phrase of `argument`'s kind (a day, a time, a service). The
+    tool that asked is then the turn's tool: the ask guard asks for whatever else it still lacks
+    (seed-4 gen_008: "a cavity looked at please", after the booking's service question, got a
+    garbled reply and no booking)."""
+    kind = ((param.get("properties") or {}).get(argument) or {}).get(GROUNDED_KEY)
+    latest = messages[-1].get("content")
+    return kind in PHRASE_KINDS and isinstance(latest, str) and bool(phrases_in(latest, kind, today_of(messages)))
 
 
 def _only_taker(argument: str, params: dict[str, dict], messages: list[dict]) -> str | None:
