@@ -13,7 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/dialogues"), help="folder for train.jsonl, heldout_calls.json and heldout/train.jsonl (the held-out calls' scripted turns)")
     p.add_argument("--calls", type=int, default=3000, help="training calls to play")
     p.add_argument("--heldout-calls", type=int, default=60, help="held-out calls (unseen names and phrasings)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed: the same seed gives the same corpus and held-out calls; another seed "
+                        "draws another set of calls from the same held-out names and phrasings")
     p.add_argument("--think-share", type=float, default=0.5, help="share of records with the reasoning note")
     p.add_argument("--simulate-file", type=Path, default=None,
                    help="also write the held-out calls as a `voice-agent simulate` file here")
