@@ -64,7 +64,8 @@ async def test_the_brain_answers_a_fact_question_without_a_decode():
     assert [e.type for e in events] == ["answer", "done"]
     assert events[0].text.startswith(SCENARIO.facts["insurance"])
     assert events[-1].result.metrics == {"answered_from_facts": ["insurance"]}
-    events = [e async for e in brain.turn([{"role": "user", "content": "hello"}], tools=SCENARIO.tools)]
+    events = [e async for e in brain.turn([{"role": "user", "content": "i have a question about my teeth"}],
+                                          tools=SCENARIO.tools)]
     assert events[-1].result.text == "a model answer"
 
 

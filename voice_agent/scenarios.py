@@ -44,6 +44,7 @@ class CallPolicy:
     # topic -> fact, and topic -> the caller's phrases that ask about it (brain/facts.py)
     facts: dict[str, str] = field(default_factory=dict)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    greeting_reply: str = ""  # said to a caller who only greets (brain/greeting.py)
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,15 @@ class Scenario:
     intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # topic -> the caller's phrases that ask about that fact ("how much" for prices; brain/facts.py)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    greeting_reply: str = ""  # said to a caller who only greets ("Good morning."; brain/greeting.py)
 
     @property
     def policy(self) -> CallPolicy:
         """The ask, instead, intents and fact_questions blocks (with the facts): what every brain of a
         call applies to its turns."""
         return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents),
-                          facts=dict(self.facts), fact_questions=dict(self.fact_questions))
+                          facts=dict(self.facts), fact_questions=dict(self.fact_questions),
+                          greeting_reply=self.greeting_reply)
 
     @property
     def tool_names(self) -> list[str]:
@@ -157,11 +160,11 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
     effort = data.get("reasoning_effort", "low")
     if effort not in EFFORT_NAMES:
         raise ScenarioError(f"{where}: reasoning_effort must be one of {', '.join(EFFORT_NAMES)}; got {effort!r}")
-    for key in ("greeting", "filler", "description"):
+    for key in ("greeting", "filler", "description", "greeting_reply"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
     known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead",
-             "intents", "fact_questions"}
+             "intents", "fact_questions", "greeting_reply"}
     tools = _parse_tools(data.get("tools") or [], where)
     return Scenario(
         name=name,
@@ -170,6 +173,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         tools=tools,
         greeting=data.get("greeting") or "",
         filler=data.get("filler") or "",
+        greeting_reply=data.get("greeting_reply") or "",
         reasoning_effort=effort,
         source=source,
         extra={k: v for k, v in data.items() if k not in known},

@@ -33,6 +33,7 @@ from voice_agent.brain.ask_guard import (
     unsaid_before_decoded,
 )
 from voice_agent.brain.facts import fact_answer
+from voice_agent.brain.greeting import greeting_answer
 from voice_agent.brain.tool_choice import instead_tool, named, turn_tool_choice
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
@@ -61,13 +62,12 @@ class Brain(ABC):
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
-        answered_from = fact_answer(msgs, self.policy)
-        if answered_from is not None:  # a question about the clinic's facts: their words, no decode
-            topics, text = answered_from
-            logger.info(f"the caller asks about {', '.join(topics)}: answered from the facts (brain/facts.py)")
+        scripted = self._scripted(msgs)
+        if scripted is not None:  # the scenario's own words answer this turn: no decode
+            text, metrics = scripted
             yield TurnEvent("answer", text)
             yield TurnEvent("done", result=TurnResult(text=text, reasoning="", tool_calls=[], tool_errors=[],
-                                                      finish_reason="stop", metrics={"answered_from_facts": topics}))
+                                                      finish_reason="stop", metrics=metrics))
             return
         chosen: dict[str, str] = {}
         if params.get("tools") and params.get("tool_choice") in (None, "auto"):
@@ -135,6 +135,18 @@ class Brain(ABC):
                         yield _noted(asked, {"instead": tool, **cost})
                     continue
                 yield ev
+
+    def _scripted(self, msgs: list[dict]) -> tuple[str, dict] | None:
+        """A turn the scenario answers in its own words: a greeting only (brain/greeting.py), or a
+        question about the clinic's facts only (brain/facts.py)."""
+        if (reply := greeting_answer(msgs, self.policy)) is not None:
+            logger.info("the caller only greets: the scenario's greeting_reply (brain/greeting.py)")
+            return reply, {"answered_greeting": True}
+        if (answered := fact_answer(msgs, self.policy)) is not None:
+            topics, text = answered
+            logger.info(f"the caller asks about {', '.join(topics)}: answered from the facts (brain/facts.py)")
+            return text, {"answered_from_facts": topics}
+        return None
 
     def _ask_early(self, ev: TurnEvent, msgs: list[dict], params: dict, check_instead: bool) -> list[TurnEvent] | None:
         """The question, when the call being written (a "tool_args" event) already decides that the

@@ -1,0 +1,54 @@
+"""A caller who only greets is greeted back (voice_agent/brain/greeting.py), without a decode."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_agent.brain import Brain, TurnResult
+from voice_agent.brain.greeting import greeting_answer, greeting_only
+from voice_agent.brain.types import TurnEvent
+from voice_agent.scenarios import CallPolicy, load_scenario
+
+SCENARIO = load_scenario("dental_receptionist")
+
+
+@pytest.mark.parametrize("words", ["Good morning.", "hi yes um", "Hello?", "Hey there!",
+                                   "Hi Maya, good afternoon to you too."])
+def test_greetings_alone_are_greetings(words):
+    assert greeting_only(words)
+
+
+@pytest.mark.parametrize("words", ["hi yes um i need some help", "Hi, I'd like to book a cleaning", "yes",
+                                   "good", "Hi, can you help me with something?", "morning works for me"])
+def test_anything_a_turn_could_act_on_is_not(words):
+    assert not greeting_only(words)
+
+
+def test_only_the_callers_latest_words_and_only_with_a_reply_configured():
+    msgs = [{"role": "user", "content": "Good morning."}]
+    assert greeting_answer(msgs, SCENARIO.policy) == SCENARIO.greeting_reply == "Hi! How can I help you today?"
+    assert greeting_answer(msgs, CallPolicy()) is None
+    assert greeting_answer(msgs + [{"role": "assistant", "content": "Hi!"}], SCENARIO.policy) is None
+
+
+class SaysGoodbye(Brain):
+    """What v7 answered "Good morning." with."""
+
+    @property
+    def model_name(self) -> str:
+        return "v7-like"
+
+    async def _attempt(self, messages, params):
+        text = "Thanks for calling Bright Smile Dental. Goodbye!"
+        yield TurnEvent("answer", text)
+        yield TurnEvent("done", result=TurnResult(text=text, reasoning="", tool_calls=[], tool_errors=[],
+                                                  finish_reason="stop"))
+
+
+async def test_the_brain_greets_back_instead_of_decoding():
+    brain = SaysGoodbye()
+    brain.policy = SCENARIO.policy
+    events = [e async for e in brain.turn([{"role": "assistant", "content": SCENARIO.greeting},
+                                           {"role": "user", "content": "Good morning."}], tools=SCENARIO.tools)]
+    assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.greeting_reply), ("done", "")]
+    assert events[-1].result.metrics == {"answered_greeting": True}

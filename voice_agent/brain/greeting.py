@@ -1,0 +1,38 @@
+"""A caller who only greets is greeted back and asked what they need.
+
+Callers often answer the agent's greeting with one of their own ("Good morning.", "hi yes um") and
+say what they want after a pause; with the end-of-turn wait set by the words, that greeting is a
+turn of its own. The training dialogues have no such turn, and the model answered "Good morning."
+with "Thanks for calling Bright Smile Dental. Goodbye!" and "hi yes um i need some help" with "We
+can come with your full name, please." The scenario's `greeting_reply` is said instead, without a
+decode, when the caller's latest words are greeting and hesitation words only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from voice_agent.scenarios import CallPolicy
+
+GREETINGS = frozenset({"hi", "hello", "hey", "hiya", "morning", "afternoon", "evening"})
+# Words a greeting may carry besides the greeting itself.
+_FILL = frozenset({"good", "yes", "yeah", "yep", "um", "umm", "uh", "er", "erm", "hmm", "oh", "ok", "okay", "so",
+                   "there", "again", "and", "a", "very", "to", "you", "too", "maya"})
+_WORD = re.compile(r"[a-z']+")
+
+
+def greeting_only(text: str) -> bool:
+    """`text` holds a greeting and nothing else a turn could act on ("Good morning.", "hi yes um")."""
+    words = _WORD.findall(text.lower())
+    return bool(words) and any(w in GREETINGS for w in words) and all(w in GREETINGS or w in _FILL for w in words)
+
+
+def greeting_answer(messages: list[dict], policy: CallPolicy) -> str | None:
+    """The scenario's reply to a caller who only greeted, when the latest message is theirs."""
+    if not policy.greeting_reply or not messages or messages[-1].get("role") != "user":
+        return None
+    latest = messages[-1].get("content")
+    return policy.greeting_reply if isinstance(latest, str) and greeting_only(latest) else None
+
+
+__all__ = ["GREETINGS", "greeting_answer", "greeting_only"]
