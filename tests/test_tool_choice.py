@@ -171,6 +171,11 @@ def test_which_questions_carry_a_tool_choice():
     svc = ask["book_appointment.service"]
     assert carried_tool(_turn("a", "A cavity looked at please.", asked=svc), SCENARIO.tools, ask) == "book_appointment"
     assert carried_tool(_turn("a", "what do you have", asked=svc), SCENARIO.tools, ask) is None
+    # The move's own name question, answered with a name, is the move (dental_heldout gen_023: the
+    # model answered "What day and you like instead come in." and then booked nothing).
+    move = ask["move_appointment.patient_name"]
+    assert carried_tool(_turn("a", "it's for karin santos", asked=move), SCENARIO.tools, ask) == "move_appointment"
+    assert carried_tool(_turn("a", "hold on a second", asked=move), SCENARIO.tools, ask) is None
     assert carried_tool(_turn("a", "i am not sure", asked=ask["new_date"]), SCENARIO.tools, ask) is None
     assert carried_tool(_turn("a", "tomasz nowak", asked=ask["lookup_patient.patient_name"]),
                         SCENARIO.tools, ask) == "lookup_patient"
