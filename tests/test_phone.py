@@ -195,9 +195,9 @@ def phone_server(base_engine, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def caller_utterance(say) -> bytes:
-    # Not a question about the clinic's facts: those are answered without the engine
-    # (voice_agent/brain/facts.py), and these calls are about the engine's turn on a phone line.
-    return mulaw_8k(say("Hi, can you help me with something?"))
+    # Not a greeting or a question about the clinic's facts: those are answered without the engine
+    # (voice_agent/brain/greeting.py, facts.py), and these calls are about the engine's turn on a phone line.
+    return mulaw_8k(say("Hi, I'd like to come in for a checkup."))
 
 
 async def test_a_call_greets_barges_in_and_answers_with_speech(phone_server, caller_utterance, transcribe):

@@ -1,4 +1,4 @@
-"""A caller who only greets is greeted back and asked what they need.
+"""A caller who only greets, or only asks for help, is greeted back and asked what they need.
 
 Callers often answer the agent's greeting with one of their own ("Good morning.", "hi yes um") and
 say what they want after a pause; with the end-of-turn wait set by the words, that greeting is a
@@ -15,16 +15,23 @@ import re
 from voice_agent.scenarios import CallPolicy
 
 GREETINGS = frozenset({"hi", "hello", "hey", "hiya", "morning", "afternoon", "evening"})
-# Words a greeting may carry besides the greeting itself.
+# An ask for help that names nothing to help with ("can you help me with something", "i have a
+# question"): v7 answered "hi yes um i need some help" with "We can come with your full name, please."
+HELP = frozenset({"help", "question"})
+# Words a greeting or a bare ask for help may carry besides them.
 _FILL = frozenset({"good", "yes", "yeah", "yep", "um", "umm", "uh", "er", "erm", "hmm", "oh", "ok", "okay", "so",
-                   "there", "again", "and", "a", "very", "to", "you", "too", "maya"})
+                   "there", "again", "and", "a", "very", "to", "you", "too", "maya", "can", "could", "would", "will",
+                   "me", "i", "im", "i'm", "need", "some", "with", "something", "have", "got", "quick", "please",
+                   "hoping", "wondering", "if", "out", "just", "little", "bit", "of", "was"})
 _WORD = re.compile(r"[a-z']+")
 
 
 def greeting_only(text: str) -> bool:
-    """`text` holds a greeting and nothing else a turn could act on ("Good morning.", "hi yes um")."""
-    words = _WORD.findall(text.lower())
-    return bool(words) and any(w in GREETINGS for w in words) and all(w in GREETINGS or w in _FILL for w in words)
+    """`text` holds a greeting, or a bare ask for help, and nothing else a turn could act on ("Good
+    morning.", "hi yes um", "can you help me with something?")."""
+    words = _WORD.findall(text.lower().replace("’", "'"))
+    opener = GREETINGS | HELP
+    return bool(words) and any(w in opener for w in words) and all(w in opener or w in _FILL for w in words)
 
 
 def greeting_answer(messages: list[dict], policy: CallPolicy) -> str | None:
