@@ -56,3 +56,11 @@ async def test_the_brain_greets_back_instead_of_decoding():
                                            {"role": "user", "content": "Good morning."}], tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.greeting_reply), ("done", "")]
     assert events[-1].result.metrics == {"answered_greeting": True}
+
+
+async def test_a_tool_choice_the_client_set_is_left_alone():
+    brain = SaysGoodbye()
+    brain.policy = SCENARIO.policy
+    events = [e async for e in brain.turn([{"role": "user", "content": "Good morning."}], tools=SCENARIO.tools,
+                                          tool_choice="none")]
+    assert events[-1].result.text.endswith("Goodbye!")  # the model's turn, as asked

@@ -11,7 +11,10 @@ One policy for every framework:
   turn reuses its longest matching prefix exactly;
 - a history too long for the context is trimmed by the one rule in `trim.py`, once per turn, and
   the cut is kept for the turns after it;
-- a failed turn raises `BrainError` (with a code); the brain stays usable for the next turn.
+- a failed turn raises `BrainError` (with a code); the brain stays usable for the next turn;
+- a greeting alone, or a question about the clinic's facts alone, is answered in the scenario's own
+  words (greeting.py, facts.py); a call whose first written argument nobody said is replaced by the
+  question as soon as that argument is written (ask_guard.py).
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ class Brain(ABC):
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
-        scripted = self._scripted(msgs)
-        if scripted is not None:  # the scenario's own words answer this turn: no decode
+        # The scenario's own words answer this turn, with no decode (never when the client chose the tool).
+        scripted = self._scripted(msgs) if params.get("tool_choice") in (None, "auto") else None
+        if scripted is not None:
             text, metrics = scripted
             yield TurnEvent("answer", text)
             yield TurnEvent("done", result=TurnResult(text=text, reasoning="", tool_calls=[], tool_errors=[],
