@@ -215,8 +215,7 @@ class Request:
         tool_calls = parsed.calls if parsed else []
         repairs = ground_calls(tool_calls, self.tools, self.messages) if tool_calls else []
         finish = "tool_calls" if tool_calls else ("stop" if st.finish_reason == "stop" else st.finish_reason or "stop")
-        metrics = self._metrics(reasoning)
-        metrics["argument_repairs"] = [vars(r) for r in repairs]
+        metrics = self._metrics(reasoning, [vars(r) for r in repairs])
         result = ChatResult(
             text=answer,
             reasoning=reasoning,
@@ -234,11 +233,13 @@ class Request:
 
     def snapshot(self) -> ChatResult:
         """The request so far, unfinished (`finish_reason` "partial"): its metrics up to now."""
-        return ChatResult(text=self.parser.answer.strip(), reasoning=self.parser.reasoning.strip(), tool_calls=[],
-                          tool_errors=[], finish_reason="partial", metrics=self._metrics(self.parser.reasoning.strip()),
-                          model=self.engine.model_name, raw_text=self.text)
+        reasoning = self.parser.reasoning.strip()
+        return ChatResult(text=self.parser.answer.strip(), reasoning=reasoning, tool_calls=[], tool_errors=[],
+                          finish_reason="partial", metrics=self._metrics(reasoning), model=self.engine.model_name,
+                          raw_text=self.text)
 
-    def _metrics(self, reasoning: str) -> dict:
+    def _metrics(self, reasoning: str, repairs: list[dict] | None = None) -> dict:
+        """The request's metrics now; `repairs`: the finished calls' grounded arguments mended."""
         st = self.state
         decode_s = max(time.perf_counter() - self.t_prefill_end, 1e-9)
         n = len(st.generated)
@@ -253,7 +254,7 @@ class Request:
             "tokens_per_forward": round((n - st.infilled) / max(st.forward_passes, 1), 3),
             "infilled_tokens": st.infilled,
             # grounded arguments mended to the conversation's words (engine/grounding.py)
-            "argument_repairs": [],
+            "argument_repairs": repairs or [],
             "forward_passes": st.forward_passes,
             "completion_tokens": n,
             "reasoning_tokens": self.engine.count_tokens(reasoning) if reasoning else 0,

@@ -343,8 +343,8 @@ def test_an_argument_is_decided_early_only_when_every_grounded_one_before_it_is_
     # the time is unsaid, but the date before it is not written yet: it could be the one asked about
     text = head + '"patient_name": "maria lopez", "time": "one", "'
     assert partial_call(text) == ("book_appointment", {"patient_name": "maria lopez", "time": "one"})
-    assert unsaid_before_decoded(text, SCENARIO.tools, msgs, SCENARIO.ask) is None
+    assert unsaid_before_decoded(*partial_call(text), SCENARIO.tools, msgs, SCENARIO.ask) is None
     full = head + '"patient_name": "maria lopez", "date": "monday", "time": "one", "'
-    unsaid = unsaid_before_decoded(full, SCENARIO.tools, msgs, SCENARIO.ask)
+    unsaid = unsaid_before_decoded(*partial_call(full), SCENARIO.tools, msgs, SCENARIO.ask)
     assert unsaid is not None and unsaid.argument == "date"  # "monday" nobody said either, and it comes first
-    assert unsaid_before_decoded(full, SCENARIO.tools, msgs, {}) is None  # no ask block: never
+    assert unsaid_before_decoded(*partial_call(full), SCENARIO.tools, msgs, {}) is None  # no ask block: never

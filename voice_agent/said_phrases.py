@@ -110,13 +110,10 @@ def is_time_phrase(words: list[str], before: str = "") -> bool:
     return True
 
 
-# ASR's hesitations inside a day or a time are not part of it: "ten um thirty am" is ten thirty
-# (seed-4 gen_020 was booked at ten).
-_FILLERS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "uhm", "hmm"})
-
-
 def _maximal_spans(text: str, ok: Callable[[list[str], str], bool], leads: set[str]) -> tuple[list[tuple[int, int]], list[str]]:
-    words = [w for w in _words(text) if w not in _FILLERS]
+    # ASR's hesitations inside a day or a time are not part of it: "ten um thirty am" is ten thirty
+    # (seed-4 gen_020 was booked at ten).
+    words = [w for w in _words(text) if w not in FILLERS]
     spans = []
     for i in range(len(words)):
         if words[i] in _GLUE and words[i] not in leads:
@@ -242,6 +239,7 @@ _NAME_CUES = sorted((tuple(c.split()) for c in (
     key=len, reverse=True)
 # Hesitations ASR writes down ("it's for kofi rahman like"); never part of a name.
 HESITATIONS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "uhm", "hmm", "so", "like"})
+FILLERS = HESITATIONS - {"so", "like"}  # the hesitations that are never words of the line ("so" and "like" can be)
 # Words no name is made of: a name runs up to the first of these.
 _COMMON = set("""a about actually again all also am an and any anything anyone appointment are around as at
 available back be been booked booking book but by calling call can cancel cant check come coming could day
@@ -303,8 +301,7 @@ def part_of_day(text: str, today: dt.date) -> str | None:
     """The one part of the day `text` asks for ("morning" or "afternoon"), when it names no time."""
     if phrases_in(text, "time", today):
         return None
-    flat = f" {' '.join(_words(text))} "
-    parts = {part for part, phrases in _PARTS.items() if any(f" {p} " in flat for p in phrases)}
+    parts = said_intents(text, _PARTS)  # the same whole-word match as a tool's intent phrases
     return parts.pop() if len(parts) == 1 else None
 
 
@@ -317,5 +314,5 @@ def caller_turns(messages: list[dict]) -> list[str]:
     """The caller's words of each user message of an OpenAI-shaped conversation, oldest first."""
     return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
-__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
+__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
            "only_calendar_words", "part_of_day", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -189,22 +189,24 @@ def partial_call(text: str) -> tuple[str, dict[str, str]] | None:
     return head.group(1), args
 
 
-def unsaid_before_decoded(call_text: str, tools: list[dict], messages: list[dict],
+def call_of(name: str, args: dict) -> dict:
+    """An OpenAI-shaped call to `name` with `args` (a call still being written, as far as it goes)."""
+    return {"id": "partial", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def unsaid_before_decoded(name: str, args: dict[str, str], tools: list[dict], messages: list[dict],
                           ask: dict[str, str]) -> Unsaid | None:
     """The question a call still being written will be replaced by, once the arguments already
     written decide it: the call's first unsaid argument (`check_calls`, after the engine's own
     grounding) is written, or is a choice asked whatever its value, and every grounded argument
     before it is written too (one of those could still be the one asked about). The model's
     remaining passes over the call's other arguments then change nothing: a name nobody gave,
-    written first, meant ~20 more passes (~1.5 s on a call) before the question was spoken."""
-    part = partial_call(call_text)
-    if part is None or not ask:
-        return None
-    name, args = part
+    written first, meant ~20 more passes (~1.5 s on a call) before the question was spoken.
+    `name` and `args`: the call so far (`partial_call`)."""
     tool = next((t for t in tools if t["function"]["name"] == name), None)
-    if tool is None:
+    if tool is None or not ask:
         return None
-    calls = [{"id": "partial", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
+    calls = [call_of(name, args)]
     ground_calls(calls, tools, messages)  # as the engine mends a finished call before the guard sees it
     unsaid = check_calls(calls, tools, messages, ask)[1]
     if unsaid is None:
@@ -275,5 +277,5 @@ def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
     return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
 
 
-__all__ = ["LINK_WORDS", "Mended", "Unsaid", "ask_instead", "asked_early", "check_calls", "partial_call",
+__all__ = ["LINK_WORDS", "Mended", "Unsaid", "ask_instead", "asked_early", "call_of", "check_calls", "partial_call",
            "unsaid_argument", "unsaid_before_decoded"]

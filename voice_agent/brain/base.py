@@ -20,7 +20,6 @@ One policy for every framework:
 from __future__ import annotations
 
 import contextlib
-import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -32,6 +31,7 @@ from voice_agent.brain.ask_guard import (
     NAME_ARGUMENT,
     ask_instead,
     asked_early,
+    call_of,
     partial_call,
     unsaid_before_decoded,
 )
@@ -156,21 +156,21 @@ class Brain(ABC):
         """The question, when the call being written (a "tool_args" event) already decides that the
         ask guard will replace it (ask_guard.unsaid_before_decoded), and no `instead` rule could still
         replace the call first; None to decode on."""
-        if ev.result is None:
+        part = partial_call(ev.text) if ev.result is not None else None
+        if part is None:
             return None
+        name, args = part
         tools = params.get("tools") or []
-        unsaid = unsaid_before_decoded(ev.text, tools, msgs, self.policy.ask)
+        unsaid = unsaid_before_decoded(name, args, tools, msgs, self.policy.ask)
         if unsaid is None:
             return None
         if check_instead:
-            name, args = partial_call(ev.text) or ("", {})
             rule = self.policy.instead.get(name) or {}
             props = next((t["function"].get("parameters", {}).get("properties", {}) for t in tools
                           if t["function"]["name"] == name), {})
             if "after" in rule and any(NAME_ARGUMENT.search(k) and k not in args for k in props):
                 return None  # the rule reads the call's names: not written yet
-            call = {"id": "partial", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-            if instead_tool([call], msgs, self.policy.instead) is not None:
+            if instead_tool([call_of(name, args)], msgs, self.policy.instead) is not None:
                 return None
         return asked_early(ev.result, unsaid)
 

@@ -267,12 +267,16 @@ def _names_its_kind(argument: str, param: dict, messages: list[dict]) -> bool:
     (seed-4 gen_008: "a cavity looked at please", after the booking's service question, got a
     garbled reply and no booking)."""
     kind = ((param.get("properties") or {}).get(argument) or {}).get(GROUNDED_KEY)
-    latest = messages[-1].get("content")
-    if not isinstance(latest, str):
-        return False
     if kind is True and NAME_ARGUMENT.search(argument):  # "Sure, I can move that. Can I have your full name?"
-        return said_name([latest]) is not None          # - "it's for karin santos" (dental_heldout gen_023)
-    return kind in PHRASE_KINDS and bool(phrases_in(latest, kind, today_of(messages)))
+        latest = messages[-1].get("content")             # - "it's for karin santos" (dental_heldout gen_023)
+        return isinstance(latest, str) and said_name([latest]) is not None
+    return kind in PHRASE_KINDS and _latest_names(kind, messages)
+
+
+def _latest_names(kind: str, messages: list[dict]) -> bool:
+    """The caller's latest words name a phrase of `kind` (said_phrases.py)."""
+    latest = messages[-1].get("content")
+    return isinstance(latest, str) and bool(phrases_in(latest, kind, today_of(messages)))
 
 
 def _only_taker(argument: str, params: dict[str, dict], messages: list[dict]) -> str | None:
@@ -283,10 +287,7 @@ def _only_taker(argument: str, params: dict[str, dict], messages: list[dict]) ->
     if len(takers) != 1:
         return None
     kind = params[takers[0]]["properties"][argument].get(GROUNDED_KEY)
-    latest = messages[-1].get("content")
-    if kind in COPIED_KINDS and isinstance(latest, str) and phrases_in(latest, kind, today_of(messages)):
-        return takers[0]
-    return None
+    return takers[0] if kind in COPIED_KINDS and _latest_names(kind, messages) else None
 
 
 def _retried(messages: list[dict], params: dict[str, dict]) -> str | None:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from voice_agent.said_phrases import HESITATIONS
+from voice_agent.said_phrases import FILLERS
 
 TurnEnding = Literal["complete", "incomplete", "unsure"]
 
 # Words a statement does not end on: conjunctions, most prepositions, articles and possessives, a
 # subject with no verb yet, and the hesitations ASR writes down ("so" and "like" can end a line).
 # A question may end on a preposition ("what is that for?"), so a `?` overrides the list.
-CONTINUES = (HESITATIONS - {"so", "like"}) | frozenset({
+CONTINUES = FILLERS | frozenset({
     "and", "or", "but", "because", "cause", "if", "than",
     "to", "for", "of", "at", "with", "from", "by", "into", "until", "till",
     "the", "a", "an", "my", "your", "our", "their",
