@@ -10,6 +10,8 @@ again), as in a live call.
 The roofline rows: the machine's measured memory read bandwidth; the weight bytes one forward
 pass reads at the running precision and the floor that gives (bytes / bandwidth); the measured
 ms of one pass over 1, 2, 4, 8, 16 and 32 new tokens on a 480-token cache (median).
+The issue's fixed baseline: AR on the same weights in bf16, eager (`bf16_ar_decode_tok_s`, skipped
+with `--no-bf16-ar`), against which `speedup_vs_bf16_ar` is taken.
 Peers on the same weights and prompts: transformers `generate`, and llama.cpp (llama-cpp-python,
 the optional `[peer]` extra) on the SmolLM2 GGUF at its own quantisation (Q4_1) and at Q8_0,
 with the same thread count. When llama-cpp-python is not installed the bench says so and its
@@ -200,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="weights and activations (default: $VOICE_AGENT_PRECISION, else auto)")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers generate baseline")
     p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp peer even when it is installed")
+    p.add_argument("--no-bf16-ar", action="store_true",
+                   help="skip the fixed baseline: AR decoding of the same weights in bf16 (instant)")
     p.add_argument("--roofline-only", action="store_true",
                    help="only the roofline rows (bandwidth, floor, ms per pass): no decoding")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -241,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
               f"(blocks streamed whole: {d['whole_block_ttfat_ms_p50']}/{d['whole_block_ttfat_ms_p95']})  "
               f"AR TTFAT p50 {d['ar_ttfat_ms_p50']} ms",
               flush=True)
+    bf16_ar_tok_s = None
+    if not a.no_bf16_ar:
+        bf16_ar = eng if precision == "bf16" else Engine.load(a.model, precision="bf16")
+        bf16_ar_tok_s = run_turns(bf16_ar.variant(family="ar"), "instant", a.max_tokens, n)["decode_tok_s"]
+        del bf16_ar
+        for d in by_effort.values():
+            d["speedup_vs_bf16_ar"] = round(d["decode_tok_s"] / max(bf16_ar_tok_s, 1e-9), 3)
+        print("fixed baseline, AR on the same weights in bf16: " f"{bf16_ar_tok_s} tok/s; diffusion over it: "
+              + ", ".join(f"{eff} {d['speedup_vs_bf16_ar']:.2f}x" for eff, d in by_effort.items()), flush=True)
     base_ar_tok_s = run_turns(base_ar, "instant", a.max_tokens, n)["decode_tok_s"]
     hf = None if a.no_hf else hf_generate_tok_s(base_ar, a.max_tokens, n)
     print(f"same base weights, AR: ours {base_ar_tok_s} tok/s vs transformers generate {hf} tok/s")
@@ -274,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         "ttfat_ms_p50": head["ttfat_ms_p50"],
         "ttfat_ms_p95": head["ttfat_ms_p95"],
         "prefill_ms": head["prefill_ms"],
+        "bf16_ar_decode_tok_s": bf16_ar_tok_s,
+        "speedup_vs_bf16_ar": head.get("speedup_vs_bf16_ar"),
         "base_ar_decode_tok_s": base_ar_tok_s,
         "hf_generate_tok_s": hf,
         **roof,

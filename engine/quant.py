@@ -46,12 +46,14 @@ class Int8Tolerance:
 INT8_TOLERANCE = Int8Tolerance()
 
 
-# Passes wider than this many rows use a dense matmul instead of the int8 kernel, whose cost grows
-# with the rows. Measured without AVX512 (SmolLM2-135M, 480-token cache, 1 thread): int8 kernel vs
-# fp32 dense, 8 tokens 119 vs 200 ms, 16 tokens 249 vs 274, 32 tokens 543 vs 271; a 30-token
-# prefill 357 vs 248 ms. De-quantising the weights on every wide pass costs more than it saves
-# (32 tokens: 562 ms), so by default a dense copy is kept for wide passes (`keep_dense`).
-DENSE_ABOVE_ROWS = 12
+# Passes wider than this many rows multiply a de-quantised copy in oneDNN's blocked layout instead
+# of the int8 kernel, whose cost grows with every row (it streams the weights once per row).
+# Measured on an AMD EPYC with AVX512-BF16, 2 threads, SmolLM2-135M, 480-token cache, whole pass in
+# ms by new tokens, int8 kernel up to 12 rows vs packed above 3: 1: 30.2 / 30.5, 2: 34.1 / 34.8,
+# 4: 37.7 / 38.3, 6: 52.6 / 37.9, 8: 60.9 / 46.9, 12: 77.0 / 49.5 (interleaved, same process). The
+# 210 layer linears alone, streamed, 1 / 2 / 4 / 8 / 12 rows: int8 7.5 / 9.5 / 11.4 / 26.8 / 30.1,
+# packed bf16 11.4 / 11.3 / 9.7 / 11.7 / 12.6. (Without AVX512 the de-quantised copy is fp32.)
+DENSE_ABOVE_ROWS = 3
 KERNEL_DTYPE = torch.bfloat16
 
 
@@ -76,16 +78,27 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight", q.contiguous())
         self.register_buffer("scales", scales.to(self.kernel_dtype))
         self.register_buffer("bias", None if bias is None else bias.detach().to(act_dtype))
-        # what wide passes multiply by (the de-quantised weight, so both paths hold the same values)
+        # What wide passes multiply by: the de-quantised weight, so both paths hold the same values.
+        # On CPU it is reordered once into oneDNN's blocked layout (engine/packed.py), whose cost
+        # barely grows with the rows of a narrow pass, where the int8 kernel's grows with each row.
         dense = self.dequantized(act_dtype).contiguous() if keep_dense else None
+        self._packed = None  # an opaque MKLDNN tensor: not a buffer (.to() and state_dict cannot hold it)
+        if dense is not None and dense.device.type == "cpu" and torch.backends.mkldnn.is_available():
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(dense, None)
+            dense = None
         self.register_buffer("dense_weight", dense, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.in_features)
         if x2.shape[0] > self.dense_above:
-            w = self.dense_weight if self.dense_weight is not None else self.dequantized(x2.dtype)
-            y = torch.nn.functional.linear(x2, w.to(x2.dtype))
+            if self._packed is not None and x2.device.type == "cpu":
+                x2 = x2.to(self.act_dtype).contiguous()
+                y = torch.ops.mkldnn._linear_pointwise(x2, self._packed, None, "none", [], "")
+            else:
+                w = self.dense_weight if self.dense_weight is not None else self.dequantized(x2.dtype)
+                y = torch.nn.functional.linear(x2, w.to(x2.dtype))
+            y = y.to(x.dtype)
         else:
             y = torch._weight_int8pack_mm(x2.to(self.kernel_dtype).contiguous(), self.weight, self.scales)
             y = y.to(x.dtype)

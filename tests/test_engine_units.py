@@ -205,6 +205,41 @@ def test_the_runner_reuses_a_layout_until_it_changes():
     assert runner.plan(cache, rows, DLLM, reuse=fresh) is fresh and fresh.base is cache.k
 
 
+def test_folding_query_groups_gives_the_same_attention(monkeypatch):
+    """A narrow pass folds each KV group's query heads into one query run (engine/model.py); a
+    masked and an unmasked pass, one and two rows, must equal SDPA's enable_gqa. Not bit for bit
+    in fp32: SDPA's lone-query path (t=1, unfolded) sums in another order (measured 1e-7)."""
+    import engine.model as model_mod
+
+    cfg = ModelConfig(vocab_size=64, dim=48, n_layers=2, n_heads=6, n_kv_heads=2, intermediate_size=32,
+                      max_seq_len=64)
+    model = Transformer(cfg)
+    init_random(model)
+    torch.manual_seed(0)
+    for batch, t in ((1, 1), (1, 3), (2, 2), (2, 4)):
+        tokens = torch.randint(0, 64, (batch, 5 + t))
+        outs = {}
+        for fold_max in (0, model_mod.FOLD_GROUPS_MAX_TOKENS):
+            monkeypatch.setattr(model_mod, "FOLD_GROUPS_MAX_TOKENS", fold_max)
+            cache = KVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, capacity=16)
+            pre = torch.ones(5, 5, dtype=torch.bool).tril()
+            mask, _ = cache.mask(pre, 5)
+            slots = cache.slots_for(5)
+            with torch.inference_mode():
+                model.hidden(tokens[:, :5], slots, mask, cache, slots)
+                cache.commit(5)
+                intra = torch.ones(t, t, dtype=torch.bool).tril()  # masked: causal among the new
+                mask, _ = cache.mask(intra, t)
+                slots = cache.slots_for(t)
+                masked = model.hidden(tokens[:, 5:], slots, mask, cache, slots)
+                mask, _ = cache.mask(torch.ones(t, t, dtype=torch.bool), t)  # every key visible
+                full = model.hidden(tokens[:, 5:], slots, mask, cache, slots)
+            outs[fold_max] = (masked, full)
+        for a, b in zip(outs[0], outs[model_mod.FOLD_GROUPS_MAX_TOKENS], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"rows {batch}, new tokens {t}")
+        assert not torch.equal(outs[0][0], outs[0][1]) or t == 1  # the mask did change the pass
+
+
 # -- boundaries ------------------------------------------------------------------------------------------
 
 _SEQ_WRITE = re.compile(r"\b(?:st|s|seq|state)\.(?:pending|block|committed|generated|done|finish_reason|banned|"

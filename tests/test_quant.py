@@ -68,6 +68,25 @@ def test_int8_linear_matches_its_dequantised_weight_at_every_width():
     assert q(torch.randn(64)).shape == (96,)  # a 1-D input (the LM head at one position)
 
 
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+def test_int8_linear_wide_passes_use_the_packed_dequantised_weight(act):
+    """Above `dense_above` rows the int8 kernel's cost grows per row, so a CPU Int8Linear keeps its
+    de-quantised weight packed for oneDNN: that path must equal a plain matmul by that weight."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 96, bias=True).requires_grad_(False)
+    q = Int8Linear(lin.weight, lin.bias, act, dense_above=3)
+    assert q._packed is not None and q.dense_weight is None  # one wide copy, the packed one
+    w = q.dequantized(act)
+    x = torch.randn(8, 64).to(act)
+    ref = (x.float() @ w.float().T + lin.bias).to(act)
+    got = q(x)
+    assert got.dtype == act and got.shape == (8, 96)
+    tol = 1e-5 if act == torch.float32 else 0.02 * float(ref.float().abs().max())
+    assert float((got.float() - ref.float()).abs().max()) <= tol
+    narrow = q(x[:3])  # the int8 kernel: the same weights, rounded differently
+    assert float((narrow.float() - ref[:3].float()).abs().max()) < 0.05 * float(ref.float().abs().max())
+
+
 def test_w8a8_replaces_every_linear_and_decodes_a_session(tiny_folder):
     fp = Engine.load(tiny_folder, precision="fp32")
     q = Engine.load(tiny_folder, precision="w8a8", family="smollm2-dllm", block_size=4)
@@ -142,6 +161,9 @@ def test_bench_json_keeps_its_keys_and_adds_the_roofline(tiny_folder, capsys):
     assert out["llamacpp_decode_tok_s"] is None and out["llamacpp_q8_0_decode_tok_s"] is None  # skipped: null
     row = out["by_effort"]["instant"]
     assert row["whole_block_ttfat_ms_p50"] is None or row["whole_block_ttfat_ms_p50"] > 0
+    # the fixed baseline: AR on the same weights in bf16, and diffusion's speedup over it
+    assert out["bf16_ar_decode_tok_s"] > 0
+    assert row["speedup_vs_bf16_ar"] == pytest.approx(row["decode_tok_s"] / out["bf16_ar_decode_tok_s"], rel=0.01)
 
 
 def test_the_engine_never_imports_voice_agent():
