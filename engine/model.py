@@ -61,11 +61,18 @@ def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[torch.Tensor
     return ang.cos().float(), ang.sin().float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [B, H, T, D]; cos/sin: [B, 1, T, D] (HF "rotate_half" convention)
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x.float() * cos + rot.float() * sin).to(x.dtype)
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """`sin` with its first half negated, for `apply_rope`."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor:
+    """RoPE in HF's "rotate_half" convention: x * cos + rotate_half(x) * sin, where
+    rotate_half(x) * sin == x.roll(D/2) * signed_sin(sin) exactly (only a sign moves), in 6 ops
+    instead of 10. x: [B, T, H, D]; cos / ssin: [B, T, 1, D]."""
+    xf = x.float()
+    return (xf * cos + xf.roll(x.shape[-1] // 2, -1) * ssin).to(x.dtype)
 
 
 # A pass of at most this many new tokens folds each KV group's query heads into one run of queries
@@ -122,19 +129,22 @@ class Attention(nn.Module):
         slots: torch.Tensor | None,
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        hd = self.cfg.head_dim
+        hd, nh, nkv = self.cfg.head_dim, self.cfg.n_heads, self.cfg.n_kv_heads
         if self.qkv_proj is not None:
-            nq, nkv = self.cfg.n_heads * hd, self.cfg.n_kv_heads * hd
-            q, k, v = self.qkv_proj(x).split([nq, nkv, nkv], dim=-1)
+            qkv = self.qkv_proj(x).view(b, t, nh + 2 * nkv, hd)
+            q, k, v = qkv.split([nh, nkv, nkv], dim=2)
         else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(b, t, self.cfg.n_heads, hd)
-        k = k.view(b, t, self.cfg.n_kv_heads, hd)
-        v = v.view(b, t, self.cfg.n_kv_heads, hd)
+            q = self.q_proj(x).view(b, t, nh, hd)
+            k = self.k_proj(x).view(b, t, nkv, hd)
+            v = self.v_proj(x).view(b, t, nkv, hd)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+        elif self.qkv_proj is not None:
+            qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)  # q and k side by side: one rotation
+            q, k = qk[:, :, :nh], qk[:, :, nh:]
+        else:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             # Write the new K/V into their slots; `cache.lengths` only moves on commit, so a
             # denoising pass over a block is overwritten by the next one.
@@ -212,8 +222,8 @@ class Transformer(nn.Module):
         slots when `cache` is given (new K/V land in `slots` [B, T]), else the T new tokens.
         """
         x = self.embed_tokens(tokens) if embeds is None else embeds
-        cos = self.rope_cos[positions].unsqueeze(1)
-        sin = self.rope_sin[positions].unsqueeze(1)
+        cos = self.rope_cos[positions].unsqueeze(2)
+        sin = signed_sin(self.rope_sin[positions]).unsqueeze(2)
         pass_mask = PassMask.build(mask, self.cfg)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, pass_mask, i, cache, slots)
