@@ -282,6 +282,23 @@ def test_day_words_alone_are_no_name_and_the_callers_latest_time_wins_over_a_lis
                            SCENARIO.ask) == ([], None), line
 
 
+def test_a_day_or_time_copied_only_in_part_takes_the_callers_whole_phrase():
+    # seed-5 gen_016: "eleven thirty am would be great" was booked at 11:00 from the copy "eleven"
+    msgs = _turn("i'm looking to get a cavity filled done eleven thirty am would be great",
+                 "let's say the tenth of so december", "it's for alice mbeki")
+    calls = [_book(patient_name="alice mbeki", date="the tenth of ", time="eleven", service="filling")]
+    mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
+    assert unsaid is None and _args(calls[0])["time"] == "eleven thirty am"
+    assert [(m.argument, m.written, m.said) for m in mended] == [("time", "eleven", "eleven thirty am")]
+    # a part that means the same, or a time the caller said later on its own, stays as written
+    calls = [_book(patient_name="alice mbeki", date="the tenth of ", time="eleven thirty", service="filling")]
+    assert check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask) == ([], None)
+    later = _turn("a filling the tenth eleven thirty am would be great", "actually make it eleven", "it's alice mbeki")
+    calls = [_book(patient_name="alice mbeki", date="the tenth", time="eleven", service="filling")]
+    assert check_calls(calls, SCENARIO.tools, later, SCENARIO.ask)[1] is None
+    assert _args(calls[0])["time"] == "eleven"
+
+
 class WritingBrain(Brain):
     """A brain whose model writes one call in steps, as the engine streams it with call_progress:
     a "tool_args" event per step, then "done". `closed` says whether the decode was stopped early."""

@@ -14,6 +14,7 @@ from voice_agent.brain import Brain, TurnResult
 from voice_agent.brain.tool_choice import (
     booking_due,
     carried_tool,
+    correction_due,
     instead_tool,
     intended_tool,
     part_search_due,
@@ -380,6 +381,8 @@ async def test_a_second_booking_for_the_caller_just_booked_is_a_move():
                    service="checkup")
     move = _call("move_appointment", patient_name="Beatriz Dlamini", new_date="2026-12-09", new_time="9:30")
     assert instead_tool([rebook], msgs, SCENARIO.instead) == "move_appointment"
+    # words that also name a service are left to the model; its second booking is made as the move
+    msgs = _booked("Beatriz Dlamini", "the ninth", "nine", "actually can we make it a cleaning at 9:30")
     brain = ChoosingBrain({None: [rebook], "move_appointment": [move]})
     events = await _events(brain, msgs)
     assert brain.choices == [None, _named("move_appointment")]
@@ -390,6 +393,26 @@ async def test_a_second_booking_for_the_caller_just_booked_is_a_move():
     assert instead_tool([other], _booked("Beatriz Dlamini", "the ninth", "nine", "and one for my son leo dlamini "
                                          "friday at ten"), SCENARIO.instead) is None
     assert instead_tool([rebook], _turn("a checkup on the ninth at 9:30 for beatriz dlamini"), SCENARIO.instead) is None
+
+
+async def test_a_time_named_right_after_a_bookings_read_back_moves_it():
+    # seed-5 gen_005: after the read-back, "actually can we make it uh 12:00" got the name question
+    msgs = _booked("Sergio Mazur", "the ninth", "nine", "actually can we make it uh 12:00")
+    assert correction_due(msgs, SCENARIO.policy) == "move_appointment"
+    move = _call("move_appointment", patient_name="Sergio Mazur", new_date="the ninth", new_time="12:00")
+    brain = ChoosingBrain({"move_appointment": [move]})
+    events = await _events(brain, msgs)
+    assert brain.choices == [_named("move_appointment")]
+    assert events[-1].result.metrics["tool_choice"] == {"correction": "move_appointment"}
+    # a service or an intent named, no day or time, a failed booking, or a caller turn in between:
+    # left to the other rules and the model
+    for line in ("and a cleaning for my son at ten", "can you cancel it", "thanks", "what about parking"):
+        assert correction_due(_booked("Sergio Mazur", "the ninth", "nine", line), SCENARIO.policy) is None, line
+    failed = _booked("Sergio Mazur", "the ninth", "nine", "how about 12:00")
+    failed[-3]["content"] = json.dumps({"error": "Wednesday at 9 am is already taken."})
+    assert correction_due(failed, SCENARIO.policy) is None
+    later = _booked("Sergio Mazur", "the ninth", "nine", "one more thing", "make it 12:00")
+    assert correction_due(later, SCENARIO.policy) is None
 
 
 def test_a_search_for_free_times_on_a_named_day_is_the_turns_tool():

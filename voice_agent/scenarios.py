@@ -45,6 +45,7 @@ class CallPolicy:
     facts: dict[str, str] = field(default_factory=dict)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     greeting_reply: str = ""  # said to a caller who only greets (brain/greeting.py)
+    goodbye_reply: str = ""  # said to a caller who only closes the call (brain/closing.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Scenario:
     # topic -> the caller's phrases that ask about that fact ("how much" for prices; brain/facts.py)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     greeting_reply: str = ""  # said to a caller who only greets ("Good morning."; brain/greeting.py)
+    goodbye_reply: str = ""  # said to a caller who only closes ("that's all I needed"; brain/closing.py)
 
     @property
     def policy(self) -> CallPolicy:
@@ -75,7 +77,7 @@ class Scenario:
         call applies to its turns."""
         return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents),
                           facts=dict(self.facts), fact_questions=dict(self.fact_questions),
-                          greeting_reply=self.greeting_reply)
+                          greeting_reply=self.greeting_reply, goodbye_reply=self.goodbye_reply)
 
     @property
     def tool_names(self) -> list[str]:
@@ -160,11 +162,11 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
     effort = data.get("reasoning_effort", "low")
     if effort not in EFFORT_NAMES:
         raise ScenarioError(f"{where}: reasoning_effort must be one of {', '.join(EFFORT_NAMES)}; got {effort!r}")
-    for key in ("greeting", "filler", "description", "greeting_reply"):
+    for key in ("greeting", "filler", "description", "greeting_reply", "goodbye_reply"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
     known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead",
-             "intents", "fact_questions", "greeting_reply"}
+             "intents", "fact_questions", "greeting_reply", "goodbye_reply"}
     tools = _parse_tools(data.get("tools") or [], where)
     return Scenario(
         name=name,
@@ -174,6 +176,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         greeting=data.get("greeting") or "",
         filler=data.get("filler") or "",
         greeting_reply=data.get("greeting_reply") or "",
+        goodbye_reply=data.get("goodbye_reply") or "",
         reasoning_effort=effort,
         source=source,
         extra={k: v for k, v in data.items() if k not in known},

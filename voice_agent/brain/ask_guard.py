@@ -119,8 +119,11 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
             elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
                   and not (kind == "text" and _no_name(value, today)) and not _refused(value, kind, users, today)):
                 own = latest_said(kind, users[-1:], today) if kind in COPIED_KINDS else None
+                whole = latest_said(kind, users, today) if kind in COPIED_KINDS and own is None else None
                 if own is not None and not _same(value, own, kind, today):
                     said = own  # a time read from the tool's free list is not the one the caller just chose
+                elif whole is not None and _part_of(value, whole) and not _same(value, whole, kind, today):
+                    said = whole  # a copy cut short: "eleven" of "eleven thirty am" (seed-5 gen_016)
                 elif given is None or not _part_of(value, given):
                     continue
                 else:

@@ -12,8 +12,8 @@ One policy for every framework:
 - a history too long for the context is trimmed by the one rule in `trim.py`, once per turn, and
   the cut is kept for the turns after it;
 - a failed turn raises `BrainError` (with a code); the brain stays usable for the next turn;
-- a greeting alone, or a question about the clinic's facts alone, is answered in the scenario's own
-  words (greeting.py, facts.py); a call whose first written argument nobody said is replaced by the
+- a greeting alone, a closing alone, or a question about the clinic's facts alone, is answered in
+  the scenario's own words (greeting.py, closing.py, facts.py); a call whose first written argument nobody said is replaced by the
   question as soon as that argument is written (ask_guard.py).
 """
 
@@ -35,6 +35,7 @@ from voice_agent.brain.ask_guard import (
     partial_call,
     unsaid_before_decoded,
 )
+from voice_agent.brain.closing import goodbye_answer
 from voice_agent.brain.facts import fact_answer
 from voice_agent.brain.greeting import greeting_answer
 from voice_agent.brain.tool_choice import instead_tool, named, turn_tool_choice
@@ -141,11 +142,14 @@ class Brain(ABC):
                 yield ev
 
     def _scripted(self, msgs: list[dict]) -> tuple[str, dict] | None:
-        """A turn the scenario answers in its own words: a greeting only (brain/greeting.py), or a
-        question about the clinic's facts only (brain/facts.py)."""
+        """A turn the scenario answers in its own words: a greeting only (brain/greeting.py), a
+        closing only (brain/closing.py), or a question about the clinic's facts only (brain/facts.py)."""
         if (reply := greeting_answer(msgs, self.policy)) is not None:
             logger.info("the caller only greets: the scenario's greeting_reply (brain/greeting.py)")
             return reply, {"answered_greeting": True}
+        if (reply := goodbye_answer(msgs, self.policy)) is not None:
+            logger.info("the caller only closes the call: the scenario's goodbye_reply (brain/closing.py)")
+            return reply, {"answered_goodbye": True}
         if (answered := fact_answer(msgs, self.policy)) is not None:
             topics, text = answered
             logger.info(f"the caller asks about {', '.join(topics)}: answered from the facts (brain/facts.py)")

@@ -36,7 +36,9 @@ writes the arguments, which the ask guard checks as always:
   free times were read out searches that part of the day, as the training policy does; v7 asked for
   the name, or booked a time nobody said for "later in the day would be good".
 - **A second booking for the caller just booked is a move** (`instead: {after: ..., call: ...}`):
-  "actually can we make it 9:30" after the booking was booked again, leaving two appointments.
+  "actually can we make it 9:30" after the booking was booked again, leaving two appointments. And
+  a time or day named, with no service or intent, right after a booking's read-back moves it too:
+  v7 answered "actually can we make it uh 12:00" by asking the name it had just read back.
 - **A failed call is made again when the caller answers what it lacked.** After "9 am is already
   taken. Free times that day include 9:30 am ...", "half past nine would work too" goes to the
   booking again (v7 cancelled instead: held-out hw_book_taken_slot), when the caller's answer names
@@ -71,8 +73,8 @@ def named(tool: str) -> dict:
 def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
     """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
     agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`), "day"
-    (`search_due`), "part" (`part_search_due`) or "time" (`booking_due`); tool_choice is a tool name
-    or "required". None: the model chooses."""
+    (`search_due`), "part" (`part_search_due`), "time" (`booking_due`) or "correction"
+    (`correction_due`); tool_choice is a tool name or "required". None: the model chooses."""
     if not tools or not messages or messages[-1].get("role") != "user":
         return None
     carried = carried_tool(messages, tools, policy.ask)
@@ -82,7 +84,8 @@ def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: Cal
     for why, rule in (("intent", lambda: intended_tool(messages, tools, policy.intents)),
                       ("day", lambda: search_due(messages, policy)),
                       ("part", lambda: part_search_due(messages, policy)),
-                      ("time", lambda: booking_due(messages, policy))):
+                      ("time", lambda: booking_due(messages, policy)),
+                      ("correction", lambda: correction_due(messages, policy))):
         if (choice := rule()) is not None:
             return why, choice
     return ("carried", carried) if carried else None
@@ -186,6 +189,45 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
         if began is not None and not _succeeded(messages, rule["call"]) and phrases_in(
                 " ".join(users[began:]), "day", today):
             return rule["call"]
+    return None
+
+
+def correction_due(messages: list[dict], policy: CallPolicy) -> str | None:
+    """When the call's newest tool result is a booking that succeeded (the `after` tool of an
+    `instead` rule: {after: book_appointment, call: move_appointment}) and the caller's latest words
+    name a time or a day, and no service and no intent ("actually can we make it uh 12:00"): the
+    rule's tool, that booking moved. The training policy moves it; v7 asked for the name it had just
+    read back (seed-5 gen_005)."""
+    users = caller_turns(messages)
+    if not users:
+        return None
+    today = today_of(messages)
+    latest = users[-1]
+    if not any(phrases_in(latest, kind, today) for kind in COPIED_KINDS):
+        return None
+    if phrases_in(latest, "service", today) or said_intents(latest, policy.intents):
+        return None
+    newest = _newest_result(messages)
+    for rule in policy.instead.values():
+        if "after" in rule and newest is not None and newest[0] == rule["after"] and not _failed(newest[1]):
+            return rule["call"]
+    return None
+
+
+def _newest_result(messages: list[dict]) -> tuple[str, object] | None:
+    """(tool, result) of the newest tool message, when a caller turn came after it and nothing else did
+    but the agent's reply; the result parsed where it is JSON."""
+    names = {c.get("id"): (c.get("function") or {}).get("name") for m in messages for c in m.get("tool_calls") or []}
+    for m in reversed(messages[:-1]):
+        if m.get("role") == "user":
+            return None
+        if m.get("role") == "tool":
+            result = m.get("content")
+            try:
+                result = json.loads(result) if isinstance(result, str) else result
+            except json.JSONDecodeError:
+                pass
+            return names.get(m.get("tool_call_id")), result
     return None
 
 
@@ -363,5 +405,5 @@ def _served(messages: list[dict], tool: str) -> set[str]:
     return out
 
 
-__all__ = ["booking_due", "carried_tool", "instead_tool", "intended_tool", "named", "part_search_due", "search_due",
+__all__ = ["booking_due", "carried_tool", "correction_due", "instead_tool", "intended_tool", "named", "part_search_due", "search_due",
            "turn_tool_choice"]
