@@ -79,10 +79,24 @@ class DecodeLoop:
         k, end = reuse_plan(self.family, have, req.tokens, shared)
         return Admission(req, source if k > 0 else None, k, req.tokens[k:end], req.tokens[end:], shared and k > 0)
 
+    def merges_prefill(self, a: Admission) -> bool:
+        """Whether `a`'s new prompt tokens can go into its first decoding pass, as that pass's
+        pending tokens, instead of a prefill pass of their own: they see each other causally there
+        as in a prefill, and the block sees them as it sees the cache, so the pass writes the same
+        K/V and predicts the block the same way, and a turn saves one forward before its first
+        token. Only for a causal cache without a masked window (the embedded default's family):
+        not where a block's first token is committed from the prefill's logits before it is
+        denoised, blocks sit at absolute positions (the prompt's tail goes into the block), or the
+        rest of the window rides along as masks (the reference samplers' pass layout is kept)."""
+        fam = self.family
+        return (bool(a.new_tokens) and not a.carry and not a.reference and fam.cache_attention == "causal"
+                and not fam.align_blocks and not fam.first_token_at_once and not fam.masked_window)
+
     @torch.inference_mode()
-    def admit(self, group: list[Admission]) -> None:
+    def admit(self, group: list[Admission], merge_prefill: bool = False) -> None:
         """Prefill a group into the next free rows (one forward per contiguous run of rows with new
-        tokens) and open their sequences. All or nothing: on an error the rows are freed and it raises."""
+        tokens) and open their sequences. All or nothing: on an error the rows are freed and it raises.
+        `merge_prefill`: where `merges_prefill` allows, the new tokens are left to the first pass."""
         base = len(self.rows)
         if base + len(group) > self.cache.batch:
             raise RuntimeError(f"{len(group)} requests do not fit in {self.free_rows} free rows")
@@ -95,8 +109,10 @@ class DecodeLoop:
                     self.cache.load_row(row, a.source, length=a.k)
                 else:
                     self.cache.reset_row(row)
+            merged = {row for row, a in zip(rows, group, strict=True) if merge_prefill and self.merges_prefill(a)}
             t0 = time.perf_counter()
-            logits = self._prefill([(row, a.new_tokens) for row, a in zip(rows, group, strict=True) if a.new_tokens])
+            logits = self._prefill([(row, a.new_tokens) for row, a in zip(rows, group, strict=True)
+                                    if a.new_tokens and row not in merged])
             t1 = time.perf_counter()
             started = []
             for row, a in zip(rows, group, strict=True):
@@ -104,7 +120,8 @@ class DecodeLoop:
                     started.append(self._decode_reference(a.req, row))
                     continue
                 seq = Sequence.start(a.req.params, self.family, self.engine.mask_id, self.engine.eos_ids, row,
-                                     logits.get(row), a.carry, len(a.req.tokens), self.runner.device)
+                                     logits.get(row), a.carry, len(a.req.tokens), self.runner.device,
+                                     pending=a.new_tokens if row in merged else None)
                 started.append((seq, a.k, t0, t1))
                 if self.prefixes is not None:
                     self.prefixes.remember(a.req.tokens, self.cache, row, a.k)
@@ -208,7 +225,7 @@ class DecodeLoop:
             if not req.call_announced:  # a forced call is known before its prompt is prefilled: say so now
                 req.call_announced = True
                 yield StreamEvent("tool_call", "", req._ms())
-            self.admit([self.plan(req)])
+            self.admit([self.plan(req)], merge_prefill=True)
             while not req.state.done:
                 if stop is not None and stop.is_set():
                     return

@@ -247,6 +247,8 @@ class Request:
             "ttft_ms": round(self.ttft_ms, 2) if self.ttft_ms is not None else None,
             "ttfat_ms": round(self.ttfat_ms, 2) if self.ttfat_ms is not None else None,
             "prefill_ms": round(self.prefill_ms, 2),
+            # prompt tokens the first decoding pass wrote instead of a prefill pass (DecodeLoop.run)
+            "prefill_in_first_pass": st.prompt_pending,
             "decode_ms": round(decode_s * 1000, 2),
             "total_ms": round(self._ms(), 2),
             "decode_tok_s": round(n / decode_s, 2),

@@ -76,13 +76,17 @@ class Sequence:
         self.carry: list[int] = list(carry or [])
         self.prompt_len = prompt_len
         self.offset = 0
+        self.prompt_pending = 0  # prompt tokens left to the first pass instead of a prefill (start)
 
     @classmethod
     def start(cls, params: DecodeParams, family: Family, mask_id: int, eos_ids, row: int = 0,
               next_logits: torch.Tensor | None = None, carry: list[int] | None = None, prompt_len: int = 0,
-              device: torch.device | str | None = None) -> Sequence:
-        """A sequence right after its prompt's prefill, with its first block open."""
+              device: torch.device | str | None = None, pending: list[int] | None = None) -> Sequence:
+        """A sequence right after its prompt's prefill, with its first block open. `pending`: the
+        prompt's last tokens, not prefilled, which the first pass writes (engine/decode.py)."""
         seq = cls(params, family, mask_id, eos_ids, row, next_logits, carry, prompt_len, device)
+        seq.pending = list(pending or [])
+        seq.prompt_pending = len(seq.pending)
         seq._new_block()
         return seq
 

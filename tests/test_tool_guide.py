@@ -142,10 +142,12 @@ def test_a_forced_call_is_announced_in_the_stream_before_its_body_is_decoded(tin
 
 
 def test_a_forced_call_is_announced_before_its_prompt_is_prefilled(tiny_dllm, monkeypatch):
-    """The filler can start while the prompt is still prefilling: the forced call is known already."""
+    """The filler can start while the prompt is still prefilling: the forced call is known already.
+    (The prompt's new tokens go in with the first decoding pass: no pass of either kind ran yet.)"""
     prefills = []
-    real = tiny_dllm.runner.prefill
-    monkeypatch.setattr(tiny_dllm.runner, "prefill", lambda *a, **k: prefills.append(1) or real(*a, **k))
+    for name in ("prefill", "forward"):
+        real = getattr(tiny_dllm.runner, name)
+        monkeypatch.setattr(tiny_dllm.runner, name, lambda *a, _real=real, **k: prefills.append(1) or _real(*a, **k))
     stream = tiny_dllm.stream(CALL, tools=DENTAL_TOOLS, max_tokens=200, reasoning_effort="instant",
                               tool_choice={"type": "function", "function": {"name": "cancel_appointment"}})
     first = next(stream)
