@@ -264,6 +264,12 @@ def test_day_words_alone_are_no_name_and_the_callers_latest_time_wins_over_a_lis
         calls = [_book(patient_name=name, date="the eleventh of december", time="3:30", service="filling")]
         unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)[1]
         assert unsaid is not None and unsaid.argument == "patient_name", name
+    # seed-4 gen_012: "yes", said, was booked as the patient
+    msgs_yes = _turn("Hi yes I'm looking to get a filling done make it three thirty pm", "Could we do this friday?")
+    for name in ("yes", "hi yes"):
+        calls = [_book(patient_name=name, date="friday", time="three thirty pm", service="filling")]
+        unsaid = check_calls(calls, SCENARIO.tools, msgs_yes, SCENARIO.ask)[1]
+        assert unsaid is not None and unsaid.argument == "patient_name", name
     # seed-1 gen_005: "noon would be great" was booked at 12:30, a time read from the tool's free list
     msgs = _turn("a filling make it 12:00", "let's say the tenth the name is yolanda achterberg")
     taken = "Thursday, December 10th at 12 pm is already taken. Free times that day include 11 am and 12:30 pm."

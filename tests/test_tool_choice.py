@@ -415,6 +415,25 @@ async def test_a_time_named_right_after_a_bookings_read_back_moves_it():
     assert correction_due(later, SCENARIO.policy) is None
 
 
+def test_a_time_picked_right_after_a_search_books():
+    # seed-4 gen_055: "make it nine o'clock" after Thursday's free times was made a move
+    found = {"date": "2026-12-03", "day": "Thursday, December 3rd", "free_times": ["9 am", "9:30 am"]}
+    def searched(*lines: str, first: str = "It's Oliver Yadav, when are you free thursday the third.") -> list[dict]:
+        msgs = _turn(first)
+        msgs += [{"role": "assistant", "tool_calls": [_call("find_free_slots", date="thursday the third")]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(found)},
+                 {"role": "assistant", "content": "On Thursday, December 3rd I have 9 am or 9:30 am."}]
+        return msgs + [{"role": "user", "content": line} for line in lines]
+    assert booking_due(searched("Make it nine o'clock."), SCENARIO.policy) == "book_appointment"
+    assert turn_tool_choice(searched("Make it nine o'clock."), SCENARIO.tools, SCENARIO.policy) == (
+        "time", "book_appointment")
+    # a day named too, words naming an intent, a move's search, or a caller turn in between: not this rule
+    for msgs in (searched("friday at nine then"), searched("can you cancel the nine o'clock"),
+                 searched("nine please", first="I need to move my appointment, when are you free thursday"),
+                 searched("hmm let me think", "nine")):
+        assert booking_due(msgs, SCENARIO.policy) is None, msgs[-1]
+
+
 def test_a_search_for_free_times_on_a_named_day_is_the_turns_tool():
     # seed-1 gen_022: "when are you free the 7th" got "The 7th is the time I can come in"
     msgs = _turn("when are you free the 7th the like name is jia sokolov")

@@ -275,6 +275,12 @@ def _name_after(words: list[str]) -> list[str]:
     return name
 
 
+def only_common_words(text: str) -> bool:
+    """`text` is made of words no name is made of ("yes", "hi there", "okay"): no name."""
+    words = [w.replace("'", "") for w in _words(text.lower()) if w not in HESITATIONS]
+    return bool(words) and all(w in _COMMON for w in words)
+
+
 def only_calendar_words(text: str) -> bool:
     """`text` is made of day and time words only ("december", "december of december"): no name."""
     words = [w for w in _words(text.lower()) if w not in HESITATIONS]
@@ -314,5 +320,5 @@ def caller_turns(messages: list[dict]) -> list[str]:
     """The caller's words of each user message of an OpenAI-shaped conversation, oldest first."""
     return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
-__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said",
+__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "only_common_words",
            "only_calendar_words", "part_of_day", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -55,6 +55,7 @@ from voice_agent.said_phrases import (
     is_phrase,
     latest_said,
     only_calendar_words,
+    only_common_words,
     refused_latest,
     said_name,
     value_of,
@@ -261,9 +262,11 @@ def _refused(value: str, kind: str, users: list[str], today: dt.date) -> bool:
 def _no_name(value: str, today: dt.date) -> bool:
     """Free text that is only hesitations, or a day or a time: "December 7th", copied from a tool
     result into `patient_name` (held-out hw_weekend_request), booked a patient of that name; or
-    day words alone ("december of december", seed-1 gen_035, gen_058)."""
+    day words alone ("december of december", seed-1 gen_035, gen_058); or common words alone ("yes"
+    of "hi yes I'm looking to get a filling", booked as the patient: seed-4 gen_012)."""
     return (all(w.lower().strip(",.") in HESITATIONS for w in value.split())
-            or is_phrase(value, "day", today) or is_phrase(value, "time", today) or only_calendar_words(value))
+            or is_phrase(value, "day", today) or is_phrase(value, "time", today) or only_calendar_words(value)
+            or only_common_words(value))
 
 
 def _same(value: object, said: str, kind: str, today: dt.date) -> bool:

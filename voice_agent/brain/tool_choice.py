@@ -176,7 +176,8 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
     """When the caller's latest words name a time and no day, in a booking call that has booked
     nothing yet and named its day since it began: the booking tool of the `instead` block ("a
     whitening on december eighth" - "is there a morning slot" - "make it ten o'clock it's for kai
-    achterberg": v7 moved an appointment Kai never had, seed-1 gen_009)."""
+    achterberg": v7 moved an appointment Kai never had, seed-1 gen_009); and right after a search
+    that read out free times, whatever the booking named so far."""
     users = caller_turns(messages)
     if not users:
         return None
@@ -188,6 +189,17 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
         began = _booking_began(users, policy.intents, today)
         if began is not None and not _succeeded(messages, rule["call"]) and phrases_in(
                 " ".join(users[began:]), "day", today):
+            return rule["call"]
+    # A time picked right after a search read out free times books, when the words name no intent:
+    # "when are you free thursday the third" - "make it nine o'clock" (v7 moved an appointment the
+    # caller never had, seed-4 gen_055).
+    newest = _newest_result(messages)
+    for search, rule in policy.instead.items():
+        if (rule.get("when_said") == "time" and newest is not None and newest[0] == search
+                and isinstance(newest[1], dict) and newest[1].get("free_times") and not _failed(newest[1])
+                and latest_said("time", users[-1:], today) is not None and not phrases_in(users[-1], "day", today)
+                and not said_intents(users[-1], policy.intents) and not _succeeded(messages, rule["call"])
+                and not any(said_intents(u, policy.intents) - {search} for u in users)):  # not a move's search
             return rule["call"]
     return None
 
