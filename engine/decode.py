@@ -123,7 +123,7 @@ class DecodeLoop:
                                      logits.get(row), a.carry, len(a.req.tokens), self.runner.device,
                                      pending=a.new_tokens if row in merged else None)
                 started.append((seq, a.k, t0, t1))
-                if self.prefixes is not None:
+                if self.prefixes is not None and row not in merged:
                     self.prefixes.remember(a.req.tokens, self.cache, row, a.k)
         except BaseException:
             for row, a in zip(rows, group, strict=True):

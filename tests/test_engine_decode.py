@@ -116,6 +116,37 @@ def test_session_turns_equal_decoding_from_scratch(tiny_dllm):
         history.append(cached.message())
 
 
+def test_a_turns_prompt_rides_in_its_first_pass_and_decodes_the_same(tiny_dllm, monkeypatch):
+    """Engine.stream leaves a turn's new prompt tokens to its first decoding pass (DecodeLoop.
+    merges_prefill): one forward less, and in fp32 the same reply as a separate prefill gives.
+    (AR saves nothing: its first token comes from the prefill's logits without a pass of its own.)"""
+    from engine.decode import DecodeLoop
+
+    eng = tiny_dllm
+    assert eng.model.dtype == torch.float32 and eng.family.block_size > 1
+    calls = []
+    for name in ("prefill", "forward"):
+        real = getattr(eng.runner, name)
+        monkeypatch.setattr(eng.runner, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+
+    def second_turn() -> tuple[object, list[str]]:
+        sess = eng.session()
+        history = list(CALL)
+        r1 = eng.chat(history, reasoning_effort="instant", max_tokens=8, session=sess)
+        history += [r1.message(), {"role": "user", "content": "Is Thursday at ten free?"}]
+        calls.clear()
+        return eng.chat(history, reasoning_effort="instant", max_tokens=12, session=sess), list(calls)
+
+    merged, merged_calls = second_turn()
+    monkeypatch.setattr(DecodeLoop, "merges_prefill", lambda self, a: False)
+    apart, apart_calls = second_turn()
+    assert merged.raw_text == apart.raw_text
+    assert apart_calls[0] == "prefill" and "prefill" not in merged_calls
+    assert len(merged_calls) == len(apart_calls) - 1
+    new_tokens = apart.metrics["prompt_tokens"] - apart.metrics["cached_tokens"]
+    assert merged.metrics["prefill_in_first_pass"] == new_tokens > 1 and apart.metrics["prefill_in_first_pass"] == 0
+
+
 def test_session_on_real_weights_equals_scratch(base_engine_fp32):
     eng = base_engine_fp32
     assert eng.model.dtype == torch.float32
