@@ -93,6 +93,8 @@ def test_an_iso_date_is_no_time():
     ("can i come in for a checkup on saturday morning its oluwaseun adeyemi", "oluwaseun adeyemi"),
     ("Hello um I'm looking to get whitening done the name is Simone Wagner let's say the 9th.", "simone wagner"),
     ("it's for kofi rahman like", "kofi rahman"),
+    ("i'm looking to get someone to look at my toothache done it's like for simone silva", "simone silva"),
+    ("it's um for bruno costa", "bruno costa"),
     ("this is Maria Lopez, I need to cancel", "maria lopez"),
     # no name: cue words followed by common, day, time or service words, or a single word
     ("its urgent", None),
@@ -100,6 +102,8 @@ def test_an_iso_date_is_no_time():
     ("it is for the tenth", None),
     ("it's for a cleaning", None),
     ("this is silva", None),
+    ("this is like the third time i call", None),
+    ("i'm so sorry about that", None),
 ])
 def test_the_name_a_caller_gives_is_the_words_after_their_cue(text, name):
     assert said_name([text]) == name

@@ -21,3 +21,10 @@ def test_plain_speech_passes_unchanged():
 def test_an_unclosed_angle_bracket_does_not_swallow_the_rest_of_the_answer():
     out = _speak(["It costs < 50 dollars, and the visit takes about half an hour. See you then."])
     assert "See you then." in out
+
+
+def test_the_call_markups_words_and_stray_arrows_are_dropped():
+    # seed-6 gen_059: "No patient named Ahmed Ramirez -> Could have other full names. Istoolcall?"
+    out = _speak(["No patient named Ahmed Ramirez -> Could have other full names. Is", "toolcall?"])
+    assert "toolcall" not in out.lower() and ">" not in out
+    assert _speak(["Your tool_call is ready"]) == "Your  is ready"

@@ -255,7 +255,8 @@ def said_name(user_turns: list[str]) -> str | None:
     """The name the newest of `user_turns` that gives one gives after a cue ("the name is ..."),
     without hesitations; None when no turn does."""
     for text in reversed(user_turns):
-        words = [w.replace("'", "") for w in _words(text)]
+        # hesitations may sit inside a cue too: "it's like for simone silva" (seed-6 gen_048)
+        words = [w.replace("'", "") for w in _words(text) if w not in HESITATIONS]
         for i in range(len(words)):
             cue = next((c for c in _NAME_CUES if tuple(words[i:i + len(c)]) == c), None)
             if cue is not None and len(name := _name_after(words[i + len(cue):])) >= 2:

@@ -4,7 +4,11 @@ filter per turn, so a tag split across chunks is still dropped."""
 
 from __future__ import annotations
 
-MARKUP = str.maketrans("", "", '{}[]"\\`*#|_')
+import re
+
+MARKUP = str.maketrans("", "", '{}[]"\\`*#|_>')  # a '>' outside a tag is an arrow's tail ("->")
+# The call markup's own words, glued to speech by a mangled tag ("Istoolcall?", seed-6 gen_059)
+TOOL_WORDS = re.compile(r"tool ?calls?", re.IGNORECASE)
 MAX_TAG_CHARS = 32  # an unclosed '<' longer than this was not a tag: stop swallowing text
 
 
@@ -26,4 +30,4 @@ class SpeakableFilter:
                 self.in_tag = True
                 continue
             out.append(c)
-        return "".join(out).translate(MARKUP)
+        return TOOL_WORDS.sub("", "".join(out).translate(MARKUP))
