@@ -151,13 +151,12 @@ class Attention(nn.Module):
             k, v = cache.write(layer, slots, k, v, span=mask.span)
         if mask.fold > 1:
             # query head h reads KV head h // rep, so a group's heads are consecutive
-            q = q.reshape(b, self.cfg.n_kv_heads, mask.fold * t, hd)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.sdpa).view(b, self.cfg.n_heads, t, hd)
+            q = q.reshape(b, nkv, mask.fold * t, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.sdpa).view(b, nh, t, hd)
         else:
             # SDPA's native GQA reads each K/V head for its group of query heads instead of copying
             # the cache `rep` times (repeat_interleave): bit-identical, 2-10x less attention time.
-            gqa = self.cfg.n_heads != self.cfg.n_kv_heads
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.sdpa, enable_gqa=gqa)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.sdpa, enable_gqa=nh != nkv)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 

@@ -266,9 +266,7 @@ def said_name(user_turns: list[str]) -> str | None:
 
 def _name_after(words: list[str]) -> list[str]:
     name: list[str] = []
-    for w in words:
-        if w in HESITATIONS:
-            continue
+    for w in words:  # said_name has dropped the hesitations
         if (len(name) == 3 or not w.isalpha() or w in _COMMON or w in _DAY_VOCAB or w in _TIME_VOCAB
                 or _SERVICE_RE.fullmatch(w)):
             break
@@ -317,9 +315,17 @@ CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide 
 COPIED_KINDS = ("day", "time")  # a copy of what was said: the caller's own phrase of its kind
 
 
+def latest_caller_words(messages: list[dict]) -> str | None:
+    """The caller's words when the conversation's latest message is theirs; None otherwise."""
+    if not messages or messages[-1].get("role") != "user":
+        return None
+    latest = messages[-1].get("content")
+    return latest if isinstance(latest, str) else None
+
+
 def caller_turns(messages: list[dict]) -> list[str]:
     """The caller's words of each user message of an OpenAI-shaped conversation, oldest first."""
     return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
-__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_said", "only_common_words",
+__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_caller_words", "latest_said", "only_common_words",
            "only_calendar_words", "part_of_day", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

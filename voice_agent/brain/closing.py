@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from voice_agent.said_phrases import latest_caller_words
 from voice_agent.scenarios import CallPolicy
 
 # What makes words a closing: a goodbye, or saying the call has got what it came for.
@@ -36,10 +37,8 @@ def closing_only(text: str) -> bool:
 
 def goodbye_answer(messages: list[dict], policy: CallPolicy) -> str | None:
     """The scenario's goodbye to a caller who only closed, when the latest message is theirs."""
-    if not policy.goodbye_reply or not messages or messages[-1].get("role") != "user":
-        return None
-    latest = messages[-1].get("content")
-    return policy.goodbye_reply if isinstance(latest, str) and closing_only(latest) else None
+    latest = latest_caller_words(messages)
+    return policy.goodbye_reply if policy.goodbye_reply and latest is not None and closing_only(latest) else None
 
 
 __all__ = ["closing_only", "goodbye_answer"]

@@ -12,7 +12,7 @@ the question, not a booking.
 
 from __future__ import annotations
 
-from voice_agent.said_phrases import said_intents
+from voice_agent.said_phrases import latest_caller_words, said_intents
 from voice_agent.scenarios import CallPolicy
 
 FOLLOW_UP = "Is there anything else I can help with?"
@@ -25,10 +25,8 @@ MAX_FACTS = 2  # more than two topics in one question is left to the model
 
 def fact_answer(messages: list[dict], policy: CallPolicy) -> tuple[list[str], str] | None:
     """(the topics, the answer) when the latest message is the caller's and asks only about facts."""
-    if not policy.facts or not policy.fact_questions or not messages or messages[-1].get("role") != "user":
-        return None
-    latest = messages[-1].get("content")
-    if not isinstance(latest, str):
+    latest = latest_caller_words(messages)
+    if not policy.facts or not policy.fact_questions or latest is None:
         return None
     topics = sorted(said_intents(latest, policy.fact_questions))
     if not topics or len(topics) > MAX_FACTS:

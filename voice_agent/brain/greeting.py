@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from voice_agent.said_phrases import latest_caller_words
 from voice_agent.scenarios import CallPolicy
 
 GREETINGS = frozenset({"hi", "hello", "hey", "hiya", "morning", "afternoon", "evening"})
@@ -36,10 +37,8 @@ def greeting_only(text: str) -> bool:
 
 def greeting_answer(messages: list[dict], policy: CallPolicy) -> str | None:
     """The scenario's reply to a caller who only greeted, when the latest message is theirs."""
-    if not policy.greeting_reply or not messages or messages[-1].get("role") != "user":
-        return None
-    latest = messages[-1].get("content")
-    return policy.greeting_reply if isinstance(latest, str) and greeting_only(latest) else None
+    latest = latest_caller_words(messages)
+    return policy.greeting_reply if policy.greeting_reply and latest is not None and greeting_only(latest) else None
 
 
 __all__ = ["GREETINGS", "greeting_answer", "greeting_only"]

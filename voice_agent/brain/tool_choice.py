@@ -196,7 +196,7 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
     newest = _newest_result(messages)
     for search, rule in policy.instead.items():
         if (rule.get("when_said") == "time" and newest is not None and newest[0] == search
-                and isinstance(newest[1], dict) and newest[1].get("free_times") and not _failed(newest[1])
+                and newest[1].get("free_times") and not _failed(newest[1])
                 and latest_said("time", users[-1:], today) is not None and not phrases_in(users[-1], "day", today)
                 and not said_intents(users[-1], policy.intents) and not _succeeded(messages, rule["call"])
                 and not any(said_intents(u, policy.intents) - {search} for u in users)):  # not a move's search
@@ -226,20 +226,15 @@ def correction_due(messages: list[dict], policy: CallPolicy) -> str | None:
     return None
 
 
-def _newest_result(messages: list[dict]) -> tuple[str, object] | None:
-    """(tool, result) of the newest tool message, when a caller turn came after it and nothing else did
-    but the agent's reply; the result parsed where it is JSON."""
+def _newest_result(messages: list[dict]) -> tuple[str, dict] | None:
+    """(tool, result as a dict: `_as_dict`) of the newest tool message, when a caller turn came after
+    it and nothing else did but the agent's reply."""
     names = {c.get("id"): (c.get("function") or {}).get("name") for m in messages for c in m.get("tool_calls") or []}
     for m in reversed(messages[:-1]):
         if m.get("role") == "user":
             return None
         if m.get("role") == "tool":
-            result = m.get("content")
-            try:
-                result = json.loads(result) if isinstance(result, str) else result
-            except json.JSONDecodeError:
-                pass
-            return names.get(m.get("tool_call_id")), result
+            return names.get(m.get("tool_call_id")), _as_dict(m.get("content"))
     return None
 
 
