@@ -11,6 +11,7 @@ import torch
 from engine import errors
 from engine.chat_format import ChatFormat, MessageError, validate_messages
 from engine.decode import DecodeLoop
+from engine.drafts import NgramDrafts
 from engine.effort import EFFORTS, get_effort
 from engine.errors import EngineInputError, SessionBusy
 from engine.families import FAMILIES, Family
@@ -64,6 +65,9 @@ class Engine:
         # Answer text streams as soon as a block's left part is committed, not when the block is
         # complete (engine/request.py); False: a block streams whole (what `engine.bench` compares).
         self.stream_committed_prefix = True
+        # What followed each short token run in the prompts and replies decoded so far: drafts for
+        # the "verify" order (engine/drafts.py), shared by every call on these weights.
+        self.drafts = NgramDrafts()
         self._lock = threading.Lock()
 
     # -- loading -------------------------------------------------------------------------

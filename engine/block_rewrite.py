@@ -32,12 +32,17 @@ MANGLED_CALL_OPEN = re.compile(r"(?<![</\w])(?:<_?tool_?call>|tool_call>)")
 MANGLED_FIRST_OPEN = re.compile(r"^(\s*)[A-Za-z]{1,8}<?_?tool(?:_?call)?>*(?=\n|$)")
 
 
-def repair_tags(text: str, reasoning: bool, tools: bool, answer_start: bool = False) -> str:
-    """`answer_start`: `text` begins the reply (nothing of the answer before it)."""
+def repair_tags(text: str, reasoning: bool, tools: bool, answer_start: bool = False, before: str = "") -> str:
+    """`answer_start`: `text` begins the reply (nothing of the answer before it). `before`: the
+    text written just before `text`, which a tag may have begun: "<" there and "tool_call>" here
+    is a whole opener, not one missing its "<" (a pass can end between the two)."""
     if reasoning:
         text = MANGLED_THINK_CLOSE.sub(THINK_CLOSE, text, count=1)
-    if tools and CALL_OPEN not in text:
-        text = MANGLED_CALL_OPEN.sub(CALL_OPEN, text, count=1)
+    if tools and CALL_OPEN not in before[-1:] + text:
+        full = before + text
+        m = MANGLED_CALL_OPEN.search(full, len(before))  # its look-behind sees `before`
+        if m is not None:
+            text = full[len(before):m.start()] + CALL_OPEN + full[m.end():]
     if tools and CALL_OPEN not in text:
         head, close, reply = text.rpartition(THINK_CLOSE)
         if close or (answer_start and not reasoning):
@@ -60,12 +65,12 @@ def rewrite_finished_block(req: Request) -> None:
     text = tok.decode(tail[: n - len(eos)], skip_special_tokens=False)
     parser = req.parser
     answer_start = parser.mode == "answer" and not parser.answer and not parser.buf.strip() and not parser.tool_text
-    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools), answer_start)
+    head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
+    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools), answer_start, before=head)
     keep, forced, done = len(fixed), "", False
     if req.tools:
         start = 0
         if guide is None:
-            head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
             k = (head + fixed).find(CALL_OPEN)
             if k >= 0 and k + len(CALL_OPEN) > len(head):
                 guide = req.guide = ToolCallGuide(req.tools)
@@ -80,8 +85,21 @@ def rewrite_finished_block(req: Request) -> None:
     in_call = guide is not None
     if fixed == text and not forced and keep == len(fixed) and not (in_call and eos):
         return
-    kept = tok.encode(fixed[:keep], add_special_tokens=False).ids
-    new = tok.encode(fixed[:keep] + forced, add_special_tokens=False).ids + ([] if in_call else eos)
+    own = _own_tokens(tok, tail[: n - len(eos)], fixed[:keep])
+    rest = fixed[:keep][len(tok.decode(own, skip_special_tokens=False)):]
+    kept = own + tok.encode(rest, add_special_tokens=False).ids
+    new = own + tok.encode(rest + forced, add_special_tokens=False).ids + ([] if in_call else eos)
     # The next block was sized before the rewrite: it is laid out again unless the call is complete.
     st.rewrite_tail(n, new, max(0, len(new) - len(eos) * (not in_call) - len(kept)),
                     stop=done, reopen=in_call or not st.done)
+
+
+def _own_tokens(tok, ids: list[int], text: str) -> list[int]:
+    """The longest run of the model's own tokens that spells the start of `text`: the rewrite keeps
+    them as they are and encodes only what follows. Encoding the whole kept text again could split
+    it otherwise ("Dec" "ember" read back as "December"), and the model would go on from tokens it
+    never wrote, which also made a rewrite depend on how many tokens a pass had finished."""
+    for j in range(len(ids), 0, -1):
+        if text.startswith(tok.decode(ids[:j], skip_special_tokens=False)):
+            return ids[:j]
+    return []

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine import sampler
+from engine.drafts import KEY_LENGTHS
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask  # noqa: F401 - re-exported (tests, callers of old)
 from engine.prefix_cache import PrefixCache
@@ -119,9 +120,13 @@ class DecodeLoop:
                 if a.reference:
                     started.append(self._decode_reference(a.req, row))
                     continue
+                pool = self.engine.drafts
+                if a.req.params.order == "verify":
+                    pool.observe(a.req.tokens[max(a.k - max(KEY_LENGTHS), 0):])
                 seq = Sequence.start(a.req.params, self.family, self.engine.mask_id, self.engine.eos_ids, row,
                                      logits.get(row), a.carry, len(a.req.tokens), self.runner.device,
-                                     pending=a.new_tokens if row in merged else None)
+                                     pending=a.new_tokens if row in merged else None, pool=pool,
+                                     context=a.req.tokens)
                 started.append((seq, a.k, t0, t1))
                 if self.prefixes is not None and row not in merged:
                     self.prefixes.remember(a.req.tokens, self.cache, row, a.k)
@@ -189,6 +194,8 @@ class DecodeLoop:
     def finish(self, req: Request) -> tuple[list[StreamEvent], ChatResult]:
         """A done request: its last events and its result; its row goes back to the call's cache."""
         events = req.absorb()
+        if req.state.pool is not None:
+            req.state.pool.observe(req.tokens[-max(KEY_LENGTHS):] + req.state.generated)
         sess = req.session
         if sess is not None and sess.cache is not self.cache:
             self.cache.extract_row(req.state.row, sess.cache)
@@ -264,8 +271,12 @@ class _Commits:
         self.thresholds: list[float] = []
         self.banned: list[tuple[int, int, list[int]]] = []
         self.sampled: list[tuple[Sequence, list[int], bool, torch.Tensor]] = []
+        self.verified: list[tuple[Sequence, int]] = []  # (seq, n in rows), after the greedy rows
 
     def add(self, s: Sequence, inp: StepInput, off: tuple[int, int, int] | None) -> None:
+        if s.verifying:
+            self._add_verified(s, inp, off)
+            return
         positions = s.open_positions(inp.n_block)
         if not positions:
             return
@@ -291,6 +302,23 @@ class _Commits:
             self.banned.append((lo, lo + len(read), list(s.banned)))
         self.greedy.append((s, positions, first_only, len(read)))
 
+    def _add_verified(self, s: Sequence, inp: StepInput, off: tuple[int, int, int] | None) -> None:
+        """verify: the predictions after the last pending token, after each draft and after each
+        block position but the last, in order (the first one is `next_logits` when nothing was pending)."""
+        n = s.reads(inp) if off is not None else 1
+        lo = len(self.index)
+        for i in range(n):
+            p = inp.n_pending - 1 + i
+            if p < 0 or off is None:
+                self.index.append(-1 - len(self.extra))
+                self.extra.append(s.next_logits)
+            else:
+                self.index.append(off[0] + p - off[1])
+        self.thresholds.extend([1.0] * n)
+        if s.banned:
+            self.banned.append((lo, lo + n, list(s.banned)))
+        self.verified.append((s, n))
+
     def _predictions(self, s: Sequence, inp: StepInput, off: tuple[int, int, int] | None) -> torch.Tensor:
         """Logits [b, V] predicting each block position (zeros where this step has none)."""
         rows: list[torch.Tensor | None] = []
@@ -306,7 +334,7 @@ class _Commits:
         return torch.stack([r if r is not None else torch.zeros_like(v) for r in rows])
 
     def apply(self) -> None:
-        if self.greedy:
+        if self.greedy or self.verified:
             tok, conf, above = sampler.greedy(self._gather(), self.thresholds, self.banned) if self.index else ([], [], [])
             at = 0
             for s, positions, first_only, n in self.greedy:
@@ -314,6 +342,9 @@ class _Commits:
                 at += n
                 self._commit(s, positions if not first_only else positions[:n], tok[sl], conf[sl], above[sl],
                              first_only)
+            for s, n in self.verified:
+                s.accept(tok[at:at + n], conf[at:at + n], sampler.DRAFT_MIN_CONFIDENCE)
+                at += n
         for s, positions, first_only, logits in self.sampled:
             tok, conf, above = sampler.sample(logits, s.params.temperature, s.params.threshold, s.banned, s.generator)
             self._commit(s, positions, tok, conf, above, first_only)

@@ -42,6 +42,14 @@ class Family:
     sub_block: int = 0
     first_token_at_once: bool = False
 
+    @property
+    def verifies_drafts(self) -> bool:
+        """Whether a pass can check the previous pass's block predictions as an AR model would
+        (engine/sampler.py "verify"): a mask token, a cache that is exactly an AR cache, token shift,
+        and blocks that start where the last final token ends."""
+        return (self.attention == "block_causal" and self.cache_attention == "causal" and self.token_shift
+                and not (self.align_blocks or self.sub_block or self.masked_window or self.first_token_at_once))
+
 
 FAMILIES: dict[str, Family] = {
     f.name: f

@@ -37,14 +37,28 @@ def intra_mask(n_pending: int, n_block: int, cache_attention: str, block_size: i
     return m
 
 
-def read_positions(n: int, n_block: int, token_shift: bool) -> range:
+def with_branch(m: torch.Tensor, n_pending: int, n_branch: int) -> torch.Tensor:
+    """`m` [t, t] for pending + drafts + block, grown by a second block of `n_branch` masks (order
+    "verify") that sees only the pending tokens and itself, and that nothing else sees: the
+    predictions a block would make right after the pending tokens, for when a draft fails."""
+    t = m.shape[0]
+    out = torch.zeros(t + n_branch, t + n_branch, dtype=torch.bool)
+    out[:t, :t] = m
+    out[t:, :n_pending] = True
+    out[t:, t:] = True
+    return out
+
+
+def read_positions(n: int, n_block: int, token_shift: bool, n_draft: int = 0, n_branch: int = 0) -> range:
     """The outputs of a row's pass whose predictions are read: the last pending token (it predicts
-    what follows the cache) and those that predict block positions (one left under token shift).
+    what follows the cache), the `n_draft` drafts after it (each predicts the next, engine/sampler.py
+    "verify") and those that predict block positions (one left under token shift), through the
+    `n_branch` block after it (`with_branch`).
     `n` counts the row's tokens without the masked window, `n_block` the block without it."""
     if not n_block:
-        return range(n - 1, n)
+        return range(max(n - n_draft - 1, 0), n)
     last = n - 2 if token_shift else n - 1
-    return range(max(n - n_block - 1, 0), last + 1)
+    return range(max(n - n_branch - n_block - n_draft - 1, 0), last + 1)
 
 
-__all__ = ["intra_mask", "prefill_mask", "read_positions"]
+__all__ = ["intra_mask", "prefill_mask", "read_positions", "with_branch"]

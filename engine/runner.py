@@ -15,7 +15,7 @@ import torch
 
 from engine.families import Family
 from engine.kv_cache import KVCache
-from engine.masks import intra_mask, prefill_mask, read_positions
+from engine.masks import intra_mask, prefill_mask, read_positions, with_branch
 from engine.model import Transformer
 from engine.precision import Precision, PrecisionError, fp32_linears
 from engine.sequence import StepInput
@@ -127,7 +127,7 @@ class ModelRunner:
         t = max(len(inp.tokens) for _, inp in rows)
         cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
         key = (family, lo, hi, t, tuple(cache.lengths[lo:hi].tolist()),
-               tuple((r, len(inp.tokens), inp.n_block, inp.window) for r, inp in rows))
+               tuple((r, len(inp.tokens), inp.n_block, inp.window, inp.n_draft, inp.n_branch) for r, inp in rows))
         if reuse is not None and reuse.key == key and reuse.base is cache.k:
             return reuse
         # Rows inside the run that have nothing to do get one padding token that sees only itself.
@@ -135,17 +135,27 @@ class ModelRunner:
         intra = torch.eye(t, dtype=torch.bool).repeat(hi - lo, 1, 1)
         flat: list[int] = []
         offsets: dict[int, tuple[int, int, int]] = {}
+        shifts: list[tuple[int, int, int]] = []  # (row, first input index, positions back): a branch
         for r, inp in rows:
             n = len(inp.tokens)
             start = int(cache.lengths[r]) if family.align_blocks else None
-            intra[r - lo, :n, :n] = intra_mask(n - inp.n_block, inp.n_block, family.cache_attention,
-                                               family.block_size, start)
-            read = read_positions(n - inp.window, inp.n_block - inp.window, family.token_shift)
+            m = intra_mask(n - inp.n_block - inp.n_branch, inp.n_block, family.cache_attention,
+                           family.block_size, start)
+            if inp.n_branch:
+                m = with_branch(m, inp.n_pending, inp.n_branch)
+                shifts.append((r - lo, n - inp.n_branch, inp.n_draft + inp.n_block))
+            intra[r - lo, :n, :n] = m
+            read = read_positions(n - inp.window, inp.n_block - inp.window, family.token_shift, inp.n_draft,
+                                  inp.n_branch)
             offsets[r] = (len(flat), read.start, len(read))
             flat.extend((r - lo) * t + p for p in read)
         mask, _ = view.mask(intra, t)
-        slots = view.slots_for(t).to(self.device)
-        pos = slots.clamp(max=self.model.cfg.max_seq_len - 1)
+        slots = view.slots_for(t)
+        pos = slots.clone()
+        for i, first, back in shifts:  # the branch sits where the drafts sit; its K/V go past the block's
+            pos[i, first:] -= back
+        slots = slots.to(self.device)
+        pos = pos.clamp(max=self.model.cfg.max_seq_len - 1).to(self.device)
         return StepPlan(key, cache.k, lo, hi, t, view, mask, slots, pos,
                         torch.tensor(flat, dtype=torch.long, device=self.device), offsets)
 

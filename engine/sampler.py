@@ -36,10 +36,17 @@ def sample(logits: torch.Tensor, temperature: float, threshold: float, banned: f
 # "confidence": at least the most confident one (Fast-dLLM's rule);
 # "leftmost": at least the leftmost open one;
 # "prefix": only the left-contiguous run above the threshold, at least the leftmost open one.
+# "verify": the block's predictions are drafts; the next pass reads them as an AR model would, after
+#   its pending tokens, and commits the run it agrees with plus its own next token
+#   (Sequence.accept): exactly the AR output, several tokens a pass where the drafts hold. Greedy
+#   only, on families whose cache is an AR cache (Family.verifies_drafts); elsewhere it is "prefix".
 # A small dLLM's first reply token decides what the reply is ("Can I have your name" or "What day
 # would you like"); a confident later token committed before it may belong to the other reply
 # ("Can day would you like"). The leftmost is what an AR model would write next.
-ORDERS = ("confidence", "leftmost", "prefix")
+ORDERS = ("confidence", "leftmost", "prefix", "verify")
+# verify: block predictions below this confidence (and all after them) are not drafted: a draft
+# that will be rejected widens the next pass for nothing.
+DRAFT_MIN_CONFIDENCE = 0.0
 
 
 def choose(positions: list[int], tok: list[int], conf: list[float], above: list[bool], *, first_only: bool,
@@ -50,7 +57,7 @@ def choose(positions: list[int], tok: list[int], conf: list[float], above: list[
         return [0] if positions and positions[0] == 0 else []
     if last_step:
         return list(range(len(positions)))
-    if order == "prefix":
+    if order in ("prefix", "verify"):
         run = 0
         while run < len(above) and above[run]:
             run += 1

@@ -56,6 +56,57 @@ def test_block_size_1_equals_ar(tiny_folder):
     assert len(a.state.generated) == 20
 
 
+def _verified(eng, messages, max_tokens=24):
+    req = eng.prepare(messages, reasoning_effort="instant", max_tokens=max_tokens)
+    req.params.order = "verify"
+    for _ in req.run_alone():
+        pass
+    return req.state
+
+
+@pytest.mark.parametrize("block", [2, 4, 8])
+def test_verify_writes_exactly_what_ar_writes_whatever_its_drafts(tiny_folder, block):
+    """Order "verify" (engine/sampler.py) commits only what an AR pass confirms: the same tokens
+    as AR decoding when no draft holds (random weights), when every draft holds (the pool saw the
+    reply before), and when drafts fail part-way (the pool saw it with one token changed)."""
+    ar = _generated(Engine.load(tiny_folder, dtype=torch.float32, family="ar"), CALL, reasoning_effort="instant",
+                    max_tokens=24).state.generated
+    eng = Engine.load(tiny_folder, precision="fp32", family="smollm2-dllm", block_size=block)
+    cold = _verified(eng, CALL)
+    assert cold.generated == ar and cold.drafts_accepted == 0
+    warm = _verified(eng, CALL)  # the pool now holds the prompt and the first reply
+    assert warm.generated == ar
+    assert warm.drafts_accepted > 12 and warm.forward_passes < len(ar) / 2
+    eng.drafts = type(eng.drafts)()
+    wrong = list(ar)
+    for i in range(3, len(wrong), 5):  # a wrong token every five: each draft run fails part-way
+        wrong[i] = (wrong[i] + 1) % 50
+    prompt = eng.prepare(CALL, reasoning_effort="instant").tokens
+    eng.drafts.observe(prompt + wrong)
+    partial = _verified(eng, CALL)
+    assert partial.generated == ar
+    assert 0 < partial.drafts_accepted < partial.drafts_proposed and partial.forward_passes < len(ar)
+
+
+def test_verify_in_a_batch_equals_each_alone(tiny_folder):
+    """The scheduler's batch carries rows of different widths (drafts, branch) in one pass."""
+    from engine.decode import DecodeLoop
+
+    eng = Engine.load(tiny_folder, precision="fp32", family="smollm2-dllm", block_size=4)
+    calls = [CALL, CALL[:1] + [{"role": "user", "content": "Can I move my filling to Friday?"}]]
+    alone = [_verified(eng, c).generated for c in calls]  # the pool now knows both replies
+    eng.drafts.observe(eng.prepare(calls[1], reasoning_effort="instant").tokens + alone[1][:5])
+    reqs = []
+    for c in calls:
+        r = eng.prepare(c, reasoning_effort="instant", max_tokens=24)
+        r.params.order = "verify"
+        reqs.append(r)
+    loop = DecodeLoop(eng, eng.new_cache(batch=2))
+    results = loop.run_batch(reqs)
+    assert [r.state.generated for r in reqs] == alone
+    assert sum(r.state.drafts_accepted for r in reqs) > 0 and all(res.text is not None for res in results)
+
+
 def _reference_decode(eng, prompt: list[int], n_blocks: int, block: int, order: str = "confidence") -> list[int]:
     """No cache, one commit per step: re-run the whole sequence every step (token shift); the step
     commits the most confident open position, or with another `order` the leftmost."""

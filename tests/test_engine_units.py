@@ -162,6 +162,94 @@ def test_forced_text_and_rewrites_go_through_the_sequence():
     assert s.done and s.finish_reason == "stop" and s.block == [] and s.generated == [40, 41, 9]
 
 
+def _verifying(max_tokens=12, **kw) -> Sequence:
+    params = DecodeParams(block_size=4, threshold=0.9, max_steps_per_block=3, max_tokens=max_tokens, order="verify")
+    return Sequence.start(params, DLLM, MASK, {EOS}, next_logits=torch.zeros(10), **kw)
+
+
+def test_verify_commits_the_drafts_that_hold_and_the_next_token_after_them():
+    s = _verifying(pending=[5, 6])
+    assert s.verifying and s.step_input() == s.step_input()
+    inp = s.step_input()
+    assert inp.tokens == [5, 6, MASK, MASK, MASK, MASK] and (inp.n_draft, inp.n_branch) == (0, 0)
+    assert s.reads(inp) == 4  # after the last pending token, then after block positions 0..2
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    s.accept([11, 12, 13, 14], [0.9, 0.8, 0.7, 0.6], 0.0)
+    assert s.generated == [11] == s.new_final == s.pending and s.drafts == [12, 13, 14]
+    # With drafts, the pass also carries a branch: masks that see only the pending tokens.
+    inp = s.step_input()
+    assert inp.tokens == [11, 12, 13, 14] + [MASK] * 8 and (inp.n_draft, inp.n_block, inp.n_branch) == (3, 4, 4)
+    assert s.reads(inp) == 3 + 4 + 4
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    # Drafts 12 and 13 hold, 14 does not (the pass says 30): 12, 13, 30 are final, and the next
+    # drafts are the branch's predictions for the positions after 30 (the last one of four).
+    tok = [12, 13, 30, 31, 32, 33, 34, 35, 40, 41, 42]
+    s.accept(tok, [1.0] * len(tok), 0.0)
+    assert s.generated == [11, 12, 13, 30] and s.new_final == [12, 13, 30] and s.drafts == [42]
+    assert (s.drafts_proposed, s.drafts_accepted) == (3, 2)
+
+
+def test_verify_keeps_the_block_drafts_when_all_held_and_stops_at_the_end_of_turn_or_budget():
+    s = _verifying(pending=[5])
+    s.drafts = [12, 13, 14]
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    tok = [12, 13, 14, 20, 21, 22, 23, 90, 91, 92, 93]  # all hold; block after them says 21, 22, 23
+    s.accept(tok, [1.0, 1.0, 1.0, 1.0, 0.9, 0.1, 0.9, 1, 1, 1, 1], 0.5)
+    assert s.new_final == [12, 13, 14, 20] and s.drafts == [21]  # cut at the first draft under 0.5
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    s.accept([21, EOS, 7, 7, 7, 7, 7, 7], [1.0] * 8, 0.0)
+    assert s.done and s.finish_reason == "stop" and s.generated[-2:] == [21, EOS] and s.drafts == []
+    short = _verifying(max_tokens=3, pending=[5])
+    short.begin_step()
+    short.after_forward(torch.zeros(10))
+    short.accept([1, 2, 3], [1.0] * 3, 0.0)
+    assert short.drafts == [2]  # two tokens of budget left: the next pass's own token and one draft
+    short.begin_step()
+    short.after_forward(torch.zeros(10))
+    short.accept([2, 8, 8, 8, 8, 8], [1.0] * 6, 0.0)
+    assert short.done and short.finish_reason == "length" and short.generated == [1, 2, 8]
+
+
+def test_verify_takes_drafts_from_the_pool_and_text_edits_drop_them():
+    from engine.drafts import NgramDrafts
+
+    pool = NgramDrafts()
+    pool.observe([1, 2, 3, 4, 5, 6])
+    s = _verifying(pending=[2, 3], pool=pool, context=[7, 1, 2, 3])
+    assert s.drafts == [4, 5, 6]  # the prompt ends 1 2 3: what followed it before
+    s.force([40])
+    assert s.drafts == []
+    s.drafts = [1]
+    s.rewrite_tail(1, [41], 1, stop=False, reopen=False)
+    assert s.drafts == []
+    # The other orders, and sampling, never draft.
+    for order, temperature in (("prefix", 0.0), ("verify", 0.7)):
+        params = DecodeParams(block_size=4, threshold=0.9, max_steps_per_block=3, max_tokens=8, order=order,
+                              temperature=temperature)
+        other = Sequence.start(params, DLLM, MASK, {EOS}, pending=[2, 3], pool=pool, context=[1, 2, 3])
+        assert not other.verifying and other.drafts == []
+
+
+def test_the_pool_keeps_the_longest_recent_continuation():
+    from engine.drafts import NgramDrafts
+
+    pool = NgramDrafts(max_entries=50)
+    pool.observe([1, 2, 3, 4, 5, 6, 7])
+    assert pool.propose([9, 1, 2, 3]) == ([4, 5, 6, 7], 3)
+    assert pool.propose([9, 2, 3]) == ([4, 5, 6, 7], 2)
+    pool.observe([1, 2, 3, 4])  # a prompt that ends there cuts nothing short
+    assert pool.propose([1, 2, 3])[0] == [4, 5, 6, 7]
+    pool.observe([1, 2, 3, 8, 9])  # what followed most recently wins
+    assert pool.propose([1, 2, 3])[0] == [8, 9]
+    assert pool.propose([42, 43]) == ([], 0)
+    pool.observe(list(range(100, 200)))
+    assert len(pool) <= 50
+
+
 def test_aligned_blocks_carry_the_prompt_leftover_into_the_first_block():
     sdar = FAMILIES["sdar"]
     s = _seq(family=sdar, carry=[21, 22, 23], prompt_len=7)
@@ -203,6 +291,31 @@ def test_the_runner_reuses_a_layout_until_it_changes():
     cache.ensure(cache.capacity * 2)
     fresh = runner.plan(cache, rows, DLLM)
     assert runner.plan(cache, rows, DLLM, reuse=fresh) is fresh and fresh.base is cache.k
+
+
+def test_a_branch_predicts_what_a_block_right_after_the_pending_tokens_would():
+    """masks.with_branch: the branch sees only the pending tokens (not the drafts nor the block
+    before it) at the drafts' positions, so it predicts as a pass without drafts would."""
+    from engine.sequence import StepInput
+
+    cfg = ModelConfig(vocab_size=64, dim=16, n_layers=2, n_heads=2, n_kv_heads=1, intermediate_size=32,
+                      max_seq_len=64)
+    model = Transformer(cfg)
+    init_random(model)
+    runner = ModelRunner(model, device="cpu")
+    outs = []
+    for inp in (StepInput([5, 6] + [MASK] * 4, 2, 4, 0),
+                StepInput([5, 6, 7, 8] + [MASK] * 8, 2, 4, 0, n_draft=2, n_branch=4)):
+        cache = runner.new_cache(batch=1, capacity=16)
+        prompt = [(0, [3, 4, 9])]
+        runner.prefill(cache, prompt, DLLM)
+        plan = runner.plan(cache, [(0, inp)], DLLM)
+        outs.append(runner.forward(plan, [(0, inp)]))
+    plain, branched = outs
+    assert plain.shape[0] == 4 and branched.shape[0] == 2 + 1 + 4 + 3  # pending, drafts, block, branch
+    assert torch.allclose(branched[-3:], plain[1:], atol=1e-5)  # the block's reads after position 0
+    assert torch.allclose(branched[0], plain[0], atol=1e-5)  # both read after the last pending token
+    assert not torch.allclose(branched[3:6], plain[1:], atol=1e-3)  # the block after the drafts differs
 
 
 def test_folding_query_groups_gives_the_same_attention(monkeypatch):

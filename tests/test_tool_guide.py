@@ -167,6 +167,29 @@ def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
     assert repair_tags("\n<toolcall>\n{", reasoning=False, tools=False) == "\n<toolcall>\n{"  # no tools: no call
 
 
+def test_an_opener_split_between_two_passes_is_not_repaired_into_two():
+    """A pass can end after "<" and the next begin "tool_call>" (order "verify" commits runs of any
+    length): that is a whole opener, and adding a "<" made "<<tool_call>" (seed-8 gen_007)."""
+    from engine.block_rewrite import repair_tags
+
+    assert repair_tags("tool_call>\n{", reasoning=False, tools=True, before="<") == "tool_call>\n{"
+    assert repair_tags("tool_call>\n{", reasoning=False, tools=True, before="Sure ") == "<tool_call>\n{"
+    assert repair_tags("/tool_call>", reasoning=False, tools=True, before="}}\n<") == "/tool_call>"
+
+
+def test_a_rewrite_keeps_the_models_own_tokens_for_the_text_it_keeps(tiny_dllm):
+    """The kept text is not encoded again where the model's tokens spell it: "Dec" "ember" stays
+    two tokens even where the tokenizer would read "December" as one."""
+    from engine.block_rewrite import _own_tokens
+
+    tok = tiny_dllm.tokenizer
+    whole = tok.encode("December", add_special_tokens=False).ids
+    split = tok.encode("Dec", add_special_tokens=False).ids + tok.encode("ember", add_special_tokens=False).ids
+    assert split != whole
+    assert _own_tokens(tok, split + tok.encode('",', add_special_tokens=False).ids, 'December"') == split
+    assert _own_tokens(tok, split, "Decimal") == split[:1] and _own_tokens(tok, split, "November") == []
+
+
 def test_a_reply_whose_first_word_took_the_openers_place_becomes_a_call_only_at_the_reply_start():
     from engine.block_rewrite import repair_tags
 
