@@ -28,6 +28,7 @@ from engine.reference import ReferenceDecoder
 from engine.request import Request
 from engine.results import ChatResult, StreamEvent
 from engine.runner import ModelRunner
+from engine.sampler import ORDERS
 from engine.sequence import DecodeParams
 from engine.session import Session
 from engine.tool_guide import ToolCallGuide
@@ -183,9 +184,10 @@ class Engine:
                 max_tokens: int = 256, session: Session | None = None, stop=None,
                 temperature: float = 0.0, seed: int | None = None, block_size: int | None = None,
                 threshold: float | None = None, guided_tools: bool | None = None,
-                call_progress: bool = False) -> Request:
+                call_progress: bool = False, order: str | None = None) -> Request:
         """Check a request and turn it into tokens and decoding parameters (no model work).
-        `call_progress`: stream "tool_args" events, the call's text so far each time it grows."""
+        `call_progress`: stream "tool_args" events, the call's text so far each time it grows.
+        `threshold`, `order` (engine/sampler.py ORDERS), `block_size`: instead of the effort's."""
         try:
             validate_messages(messages)
         except MessageError as e:
@@ -208,6 +210,9 @@ class Engine:
         if len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
             raise EngineInputError("stop must be a non-empty string or a list of at most 4 of them",
                                    errors.INVALID_STOP, "stop")
+        if order is not None and order not in ORDERS:
+            raise EngineInputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}",
+                                   errors.INVALID_ORDER, "order")
         prefix = ""
         if tool_choice not in (None, "auto", "none", "required") and not (
             isinstance(tool_choice, dict) and isinstance(tool_choice.get("function", {}).get("name"), str)
@@ -242,7 +247,7 @@ class Engine:
             max_tokens=max_tokens,
             temperature=float(temperature),
             seed=seed,
-            order=preset.order,
+            order=preset.order if order is None else order,
         )
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                       thinking, prefix, stops, session, reasoning_effort)

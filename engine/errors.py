@@ -15,6 +15,7 @@ INVALID_REASONING_EFFORT = "invalid_reasoning_effort"
 INVALID_MAX_TOKENS = "invalid_max_tokens"
 INVALID_TEMPERATURE = "invalid_temperature"
 INVALID_STOP = "invalid_stop"
+INVALID_ORDER = "invalid_order"
 SESSION_BUSY = "session_busy"
 
 
@@ -44,6 +45,6 @@ class SessionBusy(EngineError, RuntimeError):
     code = SESSION_BUSY
 
 
-__all__ = ["CONTEXT_LENGTH_EXCEEDED", "INVALID_MAX_TOKENS", "INVALID_MESSAGES", "INVALID_REASONING_EFFORT",
-           "INVALID_STOP", "INVALID_TEMPERATURE", "INVALID_TOOLS", "INVALID_TOOL_CHOICE", "SESSION_BUSY",
-           "EngineError", "EngineInputError", "SessionBusy"]
+__all__ = ["CONTEXT_LENGTH_EXCEEDED", "INVALID_MAX_TOKENS", "INVALID_MESSAGES", "INVALID_ORDER",
+           "INVALID_REASONING_EFFORT", "INVALID_STOP", "INVALID_TEMPERATURE", "INVALID_TOOLS", "INVALID_TOOL_CHOICE",
+           "SESSION_BUSY", "EngineError", "EngineInputError", "SessionBusy"]

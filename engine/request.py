@@ -264,6 +264,9 @@ class Request:
             "cached_tokens": self.cached_tokens,
             "block_size": self.params.block_size,
             "threshold": self.params.threshold,
+            # What decided the commits: "verify" falls back to "prefix" where it cannot verify.
+            "order": "verify" if self.state.verifying else ("prefix" if self.params.order == "verify"
+                                                            else self.params.order),
             "reasoning_effort": self.effort,
             "model": self.engine.model_name,
         }

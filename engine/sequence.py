@@ -325,6 +325,8 @@ class Sequence:
         self.committed = [True] * len(carry) + [False] * b
         self.offset = len(carry)
         self.steps_in_block = 0
+        if self.pool is not None and self.generated:  # after forced text: what followed it before
+            self.drafts = self._pooled([])[: max(self.remaining() - 1, 0)]
 
     def _needs_block_in_input(self) -> bool:
         # With token shift, position 0 of the block is predicted by the clean token before it, so

@@ -165,6 +165,9 @@ def parse_chat_body(raw: bytes, cfg: ServerConfig, session_header: str | None) -
         "temperature": 0.0 if temperature is None else temperature,
         "seed": seed,
     }
+    order = _opt(body, "order", (str,), "a string")  # ours: how a pass commits (engine/sampler.py ORDERS)
+    if order is not None:
+        kwargs["order"] = order
     return ChatParams(body["messages"], stream, include_usage, kwargs, key)
 
 

@@ -24,7 +24,8 @@ SNAP_SLOTS = ("name", "key", "enum", "boolean")
 # A free string ends at a raw newline (not valid inside a JSON string) or a "}": a small model often
 # closes the object without closing the string ('"Thabo Shevchenko}}\n</tool_call>'), and the
 # string then swallowed the close and whatever followed. Tool arguments spoken on a call (names,
-# days, times) hold neither.
+# days, times) hold neither, nor any other control character, which JSON does not allow raw in a
+# string (random weights wrote "\x03").
 STRING_BREAKS = "\n}"
 
 
@@ -145,7 +146,7 @@ class ToolCallGuide:
                 if c == '"' and not here.endswith("\\"):
                     self.expect = '"' + self._next_member(first=False)
                     continue
-                if c in STRING_BREAKS:  # the model closed the object (or the line) but not the string
+                if c in STRING_BREAKS or c < " ":  # the model closed the object (or the line) but not the string
                     return self._force(i, '"' + self._next_member(first=False))
                 if len(here) >= MAX_SLOT_CHARS:
                     return self._force(i, '"' + self._next_member(first=False))

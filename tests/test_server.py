@@ -125,8 +125,12 @@ def test_reasoning_effort_changes_the_output_and_metrics(client):
     assert instant.usage.completion_tokens_details.reasoning_tokens == 0
     assert not _extra(instant.choices[0].message, "reasoning_content")
     assert _extra(low, "metrics")["reasoning_effort"] == "low"
-    assert _extra(high, "metrics")["threshold"] > _extra(instant, "metrics")["threshold"]
-    assert _extra(high, "metrics")["forward_passes"] > _extra(instant, "metrics")["forward_passes"]
+    assert high.usage.completion_tokens_details.reasoning_tokens > 0
+    # Every effort commits what AR decoding would (order "verify"); a threshold order is asked for.
+    assert _extra(high, "metrics")["order"] == _extra(instant, "metrics")["order"] == "verify"
+    by_threshold = ask("high", extra_body={"order": "prefix"})
+    assert _extra(by_threshold, "metrics")["order"] == "prefix"
+    assert _extra(by_threshold, "metrics")["threshold"] > _extra(instant, "metrics")["threshold"]
     deltas = list(ask("low", stream=True))
     assert "".join(_extra(c.choices[0].delta, "reasoning_content") or "" for c in deltas if c.choices).strip() \
         == _extra(low.choices[0].message, "reasoning_content")

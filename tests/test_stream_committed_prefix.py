@@ -63,8 +63,11 @@ def _stream(eng, messages, early: bool, **kw):
 ])
 def test_the_default_model_streams_committed_words_before_their_block_is_complete(default_engine, question):
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-    whole, r_whole = _stream(default_engine, msgs, early=False, reasoning_effort="instant", max_tokens=32)
-    early, r_early = _stream(default_engine, msgs, early=True, reasoning_effort="instant", max_tokens=32)
+    # Order "prefix": a block's committed left part exists before the block is final. (Order
+    # "verify", the default, finalises what it commits in the pass that commits it.)
+    kw = {"reasoning_effort": "instant", "max_tokens": 32, "order": "prefix"}
+    whole, r_whole = _stream(default_engine, msgs, early=False, **kw)
+    early, r_early = _stream(default_engine, msgs, early=True, **kw)
     # The same decode: the same tokens, the same answer, and the stream says exactly the answer.
     assert r_early.raw_text == r_whole.raw_text
     assert r_early.metrics["forward_passes"] == r_whole.metrics["forward_passes"]
@@ -113,10 +116,13 @@ SAMPLE_TURN_1 = [
 ]
 
 
-def test_a_reply_that_begins_a_call_is_announced_before_the_opener_is_whole(default_engine):
-    """The opener "<tool_call>" is five tokens: the parser sees it only when its second block
-    finishes. A reply whose committed text begins "<tool" is announced at once (one pass sooner on
-    the sample call's second turn, where the model opens a booking), and only once."""
+@pytest.mark.parametrize("order", ["prefix", "verify"])
+def test_a_reply_that_begins_a_call_is_announced_before_the_opener_is_whole(default_engine, order):
+    """The opener "<tool_call>" is five tokens: under "prefix" the parser sees it only when its
+    second block finishes. A reply whose committed text begins "<tool" is announced at once (one
+    pass sooner on the sample call's second turn, where the model opens a booking), and only once.
+    Under "verify" the opener and the call's first words can be final in the same pass: then the
+    announcement comes with them, never later."""
     import datetime as dt
 
     from voice_agent.scenarios import load_scenario
@@ -134,10 +140,11 @@ def test_a_reply_that_begins_a_call_is_announced_before_the_opener_is_whole(defa
     default_engine.runner.forward = counted
     try:
         events = [(e, passes["n"]) for e in default_engine.stream(msgs, tools=sc.tools, reasoning_effort="instant",
-                                                                   call_progress=True)]
+                                                                   call_progress=True, order=order)]
     finally:
         default_engine.runner.forward = forward
     announced = [n for e, n in events if e.type == "tool_call"]
     first_args = next(n for e, n in events if e.type == "tool_args")
-    assert len(announced) == 1 and announced[0] < first_args
+    assert len(announced) == 1
+    assert announced[0] < first_args if order == "prefix" else announced[0] <= first_args
     assert events[-1][0].result.tool_calls  # it was a call
