@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from engine.api import Engine
+from engine.drafts import NgramDrafts
 from engine.effort import EFFORTS
 from engine.peer_llamacpp import llamacpp_available, llamacpp_decode
 from engine.precision import PRECISIONS
@@ -235,9 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     n = min(a.prompts, len(TURNS))
     run_turns(eng, efforts[0], 8, 1)  # warm-up: first-call allocations stay out of the numbers
     for eff in efforts:
+        # Each measured run starts with an empty draft pool (engine/drafts.py): it may learn from
+        # the calls before it in the same run, as a server does, never from an earlier run of them.
+        eng.drafts = NgramDrafts()
         d = run_turns(eng, eff, a.max_tokens, n)
         r = run_turns(ar, eff, a.max_tokens, n)
         eng.stream_committed_prefix = False  # the same decode, each block streamed only when complete
+        eng.drafts = NgramDrafts()
         w = run_turns(eng, eff, a.max_tokens, n)
         eng.stream_committed_prefix = True
         d["whole_block_ttfat_ms_p50"], d["whole_block_ttfat_ms_p95"] = w["ttfat_ms_p50"], w["ttfat_ms_p95"]

@@ -28,7 +28,7 @@ from engine.masks import intra_mask, prefill_mask  # noqa: F401 - re-exported (t
 from engine.prefix_cache import PrefixCache
 from engine.results import ChatResult, StreamEvent
 from engine.runner import StepPlan
-from engine.sequence import DecodeParams, Sequence, StepInput
+from engine.sequence import DecodeParams, Sequence, StepInput, verifies
 from engine.session import reuse_plan
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class DecodeLoop:
                     started.append(self._decode_reference(a.req, row))
                     continue
                 pool = self.engine.drafts
-                if a.req.params.order == "verify":
+                if verifies(a.req.params, self.family):
                     pool.observe(a.req.tokens[max(a.k - max(KEY_LENGTHS), 0):])
                 seq = Sequence.start(a.req.params, self.family, self.engine.mask_id, self.engine.eos_ids, row,
                                      logits.get(row), a.carry, len(a.req.tokens), self.runner.device,

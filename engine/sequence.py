@@ -45,6 +45,11 @@ class StepInput:
     n_branch: int = 0  # masks after the block that see only the pending tokens (masks.with_branch)
 
 
+def verifies(params: DecodeParams, family: Family) -> bool:
+    """Whether a sequence decodes by order "verify": greedy, and where the cache is an AR cache."""
+    return params.order == "verify" and params.temperature == 0 and family.verifies_drafts
+
+
 class Sequence:
     def __init__(self, params: DecodeParams, family: Family, mask_id: int, eos_ids, row: int = 0,
                  next_logits: torch.Tensor | None = None, carry: list[int] | None = None, prompt_len: int = 0,
@@ -82,7 +87,7 @@ class Sequence:
         self.prompt_pending = 0  # prompt tokens left to the first pass instead of a prefill (start)
         # order "verify" (engine/sampler.py): the last pass's block predictions, which the next pass
         # checks as an AR model would. Only greedy, and only where the cache is an AR cache.
-        self.verifying = params.order == "verify" and params.temperature == 0 and family.verifies_drafts
+        self.verifying = verifies(params, family)
         self.drafts: list[int] = []
         self.pool: NgramDrafts | None = None  # where drafts come from beside the block (start)
         self.context: list[int] = []  # the prompt's last tokens, for the pool's keys
@@ -369,4 +374,4 @@ class Sequence:
             self.block, self.committed = [], []
 
 
-__all__ = ["DecodeParams", "Sequence", "StepInput"]
+__all__ = ["DecodeParams", "Sequence", "StepInput", "verifies"]
