@@ -231,7 +231,8 @@ def test_a_name_nobody_said_takes_the_name_the_caller_gave():
             {"role": "user", "content": "can i come in for a checkup on saturday morning its oluwaseun adeyemi"},
             {"role": "assistant", "content": "The clinic is closed on weekends. What other day would suit you?"},
             {"role": "user", "content": "oh okay then monday at nine please"}]
-    for written in ("sunday", "December 7th"):
+    # ... and the AR output (order "verify", session 15) copied the caller's "monday at nine"
+    for written in ("sunday", "December 7th", "monday at nine"):
         calls = [_book(patient_name=written, date="monday", time="nine", service="checkup")]
         mended, unsaid = check_calls(calls, SCENARIO.tools, msgs, SCENARIO.ask)
         assert unsaid is None
