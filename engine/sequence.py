@@ -289,10 +289,9 @@ class Sequence:
 
     def narrow_blocks(self, b: int) -> None:
         """Lay out the blocks after this one with at most `b` tokens. Families whose blocks sit at
-        fixed positions (aligned, sub-blocked, or over a masked window) keep their size, and so do
-        verifying ones: what they commit is exactly what AR decoding would, whatever the width."""
-        if self.verifying:
-            return
+        fixed positions (aligned, sub-blocked, or over a masked window) keep their size. A verifying
+        sequence narrowed to 1 decodes as AR with the pool's drafts only: inside a tool call the
+        block's drafts rarely held, and its masks made each pass of the call's slots wider."""
         if not (self.family.align_blocks or self.family.sub_block or self.family.masked_window):
             self.block_size = max(1, min(self.block_size, b))
 
