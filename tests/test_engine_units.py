@@ -219,8 +219,12 @@ def test_verify_takes_drafts_from_the_pool_and_text_edits_drop_them():
 
     pool = NgramDrafts()
     pool.observe([1, 2, 3, 4, 5, 6])
-    s = _verifying(pending=[2, 3], pool=pool, context=[7, 1, 2, 3])
-    assert s.drafts == [4, 5, 6]  # the prompt ends 1 2 3: what followed it before
+    s = _verifying(pending=[1, 2], pool=pool, context=[7, 1, 2])
+    assert s.drafts == []  # none in the pass that carries the prompt
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    s.accept([3, 9, 9, 9], [1.0, 0.2, 0.2, 0.2], 0.0)
+    assert s.generated == [3] and s.drafts == [4, 5, 6]  # 1 2 3 was followed by 4 5 6 before
     s.force([40])
     assert s.drafts == []
     s.drafts = [1]
