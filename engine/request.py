@@ -175,7 +175,11 @@ class Request:
         if self.parser.answer.strip() or self.parser.tool_text or not self.reasoning_closed or self.state is None:
             return []
         st = self.state
-        text = self.engine.tokenizer.decode(st.generated + st.committed_prefix(), skip_special_tokens=True)
+        # Under "verify" nothing is committed ahead of the final tokens, but the pass that made "<"
+        # final also predicted what follows it (the next pass's drafts): "<" then "tool_call>" is
+        # announced then, not one pass later when the opener is final.
+        ahead = st.drafts if st.verifying else st.committed_prefix()
+        text = self.engine.tokenizer.decode(st.generated + ahead, skip_special_tokens=True)
         if not text.rpartition(THINK_CLOSE)[2].lstrip().startswith("<tool"):
             return []
         self.opening_announced = True
