@@ -31,8 +31,8 @@ EFFORTS: dict[str, EffortPreset] = {
     # 30 held-out calls: no "Can day would you like" mixes, and 2.02 tokens a pass against 1.71).
     # order="verify" (2026-12-03): the block's predictions are drafts that the next pass checks as
     # an AR model would, so every effort writes exactly what AR decoding of the same weights
-    # writes, several tokens a pass where the drafts hold. Unseen seed-8 calls at instant: 59 of
-    # 60 and 2.14 tokens a pass, against 58 of 60 and 1.24 under "prefix". Families whose cache is
+    # writes, several tokens a pass where the drafts hold. Unseen seed-9 calls at instant: 60 of
+    # 60 and 2.36 tokens a pass, against 60 of 60 and 1.26 under "prefix". Families whose cache is
     # not an AR cache (SDAR, Fast-dLLM v2, LLaDA, Dream) decode by threshold and "prefix" instead.
     "instant": EffortPreset(thinking_budget=0, threshold=0.9, steps_per_block=0.75, order="verify"),
     "low": EffortPreset(thinking_budget=64, threshold=0.9, steps_per_block=1.0, order="verify"),

@@ -143,13 +143,17 @@ class Sequence:
         return out
 
     # -- one pass -----------------------------------------------------------------------------------
-    def step_input(self) -> StepInput:
+    def step_input(self, lean: bool = False) -> StepInput:
+        """This pass's input. `lean` (a pass over several rows, padded to the widest): verify drafts
+        at most a block's worth and carries no branch, so that no row widens the whole batch."""
+        if lean and self.verifying:
+            self.drafts = self.drafts[: max(len(self.block) - 1, 0)]
         with_block = self._needs_block_in_input()
         window = self._window() if with_block else 0
         block = self.block + [self.mask_id] * window if with_block else []
         # verify: with drafts in the pass, a second block right after the pending tokens predicts
         # what follows in case the first draft fails (Sequence.accept).
-        branch = [self.mask_id] * len(block) if self.drafts and block and self.verifying else []
+        branch = [self.mask_id] * len(block) if self.drafts and block and self.verifying and not lean else []
         return StepInput(self.pending + self.drafts + block + branch, len(self.pending), len(block), window,
                          len(self.drafts), len(branch))
 

@@ -191,6 +191,16 @@ def test_verify_commits_the_drafts_that_hold_and_the_next_token_after_them():
     assert (s.drafts_proposed, s.drafts_accepted) == (3, 2)
 
 
+def test_a_batched_verify_pass_drafts_a_block_at_most_and_carries_no_branch():
+    s = _verifying(pending=[5])
+    s.drafts = [1, 2, 3, 4, 6, 7]
+    alone = s.step_input()
+    assert (alone.n_draft, alone.n_branch) == (6, 4)
+    lean = s.step_input(lean=True)
+    assert (lean.n_draft, lean.n_branch) == (3, 0) and s.drafts == [1, 2, 3]
+    assert lean.tokens == [5, 1, 2, 3] + [MASK] * 4 and s.reads(lean) == 3 + 4
+
+
 def test_verify_keeps_the_block_drafts_when_all_held_and_stops_at_the_end_of_turn_or_budget():
     s = _verifying(pending=[5])
     s.drafts = [12, 13, 14]
