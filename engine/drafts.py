@@ -14,7 +14,10 @@ from collections import OrderedDict
 
 # The longest key tried first: three tokens rarely repeat by chance, two often enough to help.
 KEY_LENGTHS = (3, 2)
-DRAFT_TOKENS = 8
+# A template held whole averaged 7.8 of 8 drafted tokens, so 8 cut it short. Unseen seed 9, side
+# by side: 2.48 tokens a pass at 16 against 2.34 at 8, 60/60 both, TTFAT p50/p95 340/493 against
+# 336/500 ms.
+DRAFT_TOKENS = 16
 # Entries kept, newest first out of the way: ~100 calls of a few hundred tokens each.
 MAX_ENTRIES = 200_000
 
