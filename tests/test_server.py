@@ -395,7 +395,10 @@ def test_default_model_batched_equals_sequential(default_server):
     assert max(int(k) for k in _health(srv)["batch_hist"]) >= 2
 
 
-def test_default_model_second_turn_reaches_its_answer_sooner(default_server):
+def test_default_model_second_turn_computes_only_its_new_tokens(default_server):
+    """The call's second turn reuses the first turn's cache: the model runs only the tokens the turn
+    added. (Which turn answers sooner in wall-clock time is a benchmark's question, not a test's: on
+    a loaded machine the cheaper turn lost, 400 against 352 ms.)"""
     _, c = default_server
     call = str(uuid.uuid4())
     system = (f"Call {call}. You are Maya, the receptionist at Bright Smile Dental, on a phone call. Speak in one "
@@ -410,5 +413,8 @@ def test_default_model_second_turn_reaches_its_answer_sooner(default_server):
     r2 = c.chat.completions.create(messages=turn2, **kw)
     m1, m2 = _extra(r1, "metrics"), _extra(r2, "metrics")
     assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens
-    key = "ttfat_ms" if m1["ttfat_ms"] is not None and m2["ttfat_ms"] is not None else "ttft_ms"
-    assert m2[key] < m1[key], (key, m1[key], m2[key])
+    computed1 = m1["prompt_tokens"] - m1["cached_tokens"]
+    computed2 = m2["prompt_tokens"] - m2["cached_tokens"]
+    assert m1["cached_tokens"] == 0 and computed1 == r1.usage.prompt_tokens
+    # turn 2 adds the first reply and "Tuesday works." inside their chat markup: a few dozen tokens
+    assert 0 < computed2 and computed2 * 3 < computed1, (computed1, computed2)
