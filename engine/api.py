@@ -231,6 +231,12 @@ class Engine:
                 raise EngineInputError(f"tool_choice names an unknown function {fname!r}",
                                        errors.INVALID_TOOL_CHOICE, "tool_choice")
             prefix = '<tool_call>\n{"name": "' + fname + '", "arguments": '
+        guide = None
+        guided = self.guided_tools if guided_tools is None else guided_tools
+        if tools and guided and prefix:  # the prompt opens the call: guide it from the first pass
+            named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
+            guide = ToolCallGuide(tools, forced_name=named, opened=named is None)
+            prefix += guide.take_opening()
         thinking = preset.thinking_budget > 0 and self.supports_thinking and self.family.thinking and not prefix
         msgs = session.merged(messages) if session is not None else list(messages)
         text = self.chat_format.render(msgs, tools, thinking=thinking, prefix=prefix)
@@ -251,11 +257,9 @@ class Engine:
         )
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
                       thinking, prefix, stops, session, reasoning_effort)
-        req.guided = self.guided_tools if guided_tools is None else guided_tools
+        req.guided = guided
         req.call_progress = bool(call_progress)
-        if tools and req.guided and prefix:  # the prompt already opened the call: guide it from the first block
-            named = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
-            req.guide = ToolCallGuide(tools, forced_name=named, opened=named is None)
+        req.guide = guide
         return req
 
     def warm(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int:

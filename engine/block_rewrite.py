@@ -84,6 +84,7 @@ def rewrite_finished_block(req: Request) -> None:
                 keep, forced, done = start + edit.keep, edit.forced, edit.done
     in_call = guide is not None
     if fixed == text and not forced and keep == len(fixed) and not (in_call and eos):
+        _draft_from_guide(req)
         return
     own = _own_tokens(tok, tail[: n - len(eos)], fixed[:keep])
     rest = fixed[:keep][len(tok.decode(own, skip_special_tokens=False)):]
@@ -92,6 +93,19 @@ def rewrite_finished_block(req: Request) -> None:
     # The next block was sized before the rewrite: it is laid out again unless the call is complete.
     st.rewrite_tail(n, new, max(0, len(new) - len(eos) * (not in_call) - len(kept)),
                     stop=done, reopen=in_call or not st.done)
+    _draft_from_guide(req)
+
+
+def _draft_from_guide(req: Request) -> None:
+    """Inside a call, the next pass's drafts come from the guide: the skeleton and key it expects,
+    or the rest of a value as the caller said it. The pool's drafts there came from other calls'
+    arguments ('"patient_name": "' went on with another call's tool name), and the block is off."""
+    guide, st = req.guide, req.state
+    if guide is None or guide.done or st.done or not st.verifying:
+        return
+    text = guide.draft(req.heard())
+    if text:
+        st.propose(req.engine.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def _own_tokens(tok, ids: list[int], text: str) -> list[int]:

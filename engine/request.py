@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from engine.block_rewrite import rewrite_finished_block
 from engine.chat_format import THINK_CLOSE, OutputParser
-from engine.grounding import ground_calls
+from engine.grounding import ground_calls, source_texts
 from engine.results import ChatResult, StreamEvent
 from engine.sequence import DecodeParams, Sequence
 from engine.tool_guide import ToolCallGuide
@@ -73,6 +73,7 @@ class Request:
         # Repair mangled control tags and keep tool calls in their schemas (engine/block_rewrite.py).
         self.guided = engine.guided_tools
         self.guide: ToolCallGuide | None = None
+        self._heard: str | None = None
         self.early = engine.stream_committed_prefix
         # Stream a "tool_args" event with the call's text each time it grows (Engine.prepare's
         # call_progress), so a caller can act on arguments before the call is complete.
@@ -196,6 +197,13 @@ class Request:
         if self.ttfat_ms is None and any(e.type == "answer" for e in events):
             self.ttfat_ms = events[0].t_ms
         return events
+
+    def heard(self) -> str:
+        """The words a call's arguments copy (engine/grounding.py's sources: the caller's turns, tool
+        results, earlier calls' arguments), oldest first: drafts for a call's string values."""
+        if self._heard is None:
+            self._heard = "\n".join(reversed(source_texts(self.messages)))
+        return self._heard
 
     def abandon(self) -> None:
         """A turn stopped early (barge-in, disconnect, error): record what the call's cache really

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.drafts import KEY_LENGTHS, NgramDrafts
+from engine.drafts import DRAFT_TOKENS, KEY_LENGTHS, NgramDrafts
 from engine.families import Family
 
 
@@ -240,6 +240,12 @@ class Sequence:
         nxt = self._pooled(nxt)
         cut = next((i + 1 for i, t in enumerate(nxt) if t in self.eos_ids), len(nxt))
         self.drafts = nxt[: min(cut, self.remaining() - 1)]
+
+    def propose(self, tokens: list[int]) -> None:
+        """verify: the next pass's drafts from a source that knows better than the pool and the
+        block (a tool call's guide: the skeleton it expects, a value as the caller said it)."""
+        if self.verifying and not self.done and tokens:
+            self.drafts = list(tokens[: max(min(DRAFT_TOKENS, self.remaining() - 1), 0)])
 
     def _pooled(self, block: list[int]) -> list[int]:
         """The next pass's drafts: what followed the last tokens before (the pool), where the match

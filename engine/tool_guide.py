@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 
 NAME_OPEN = '\n{"name": "'
 CLOSE = "}}\n</tool_call>"
 MAX_SLOT_CHARS = 96  # a runaway value is cut here and closed
 SNAP_SLOTS = ("name", "key", "enum", "boolean")
+DRAFT_CHARS = 40  # the most of a caller's phrase drafted into a string value
 # A free string ends at a raw newline (not valid inside a JSON string) or a "}": a small model often
 # closes the object without closing the string ('"Thabo Shevchenko}}\n</tool_call>'), and the
 # string then swallowed the close and whatever followed. Tool arguments spoken on a call (names,
@@ -43,6 +45,20 @@ def _json_type(spec: dict) -> str:
     if "enum" in spec and all(isinstance(v, str) for v in spec["enum"]):
         return "enum"
     return t if t in ("string", "integer", "number", "boolean") else "json"
+
+
+def heard_continuation(begun: str, heard: str, limit: int = DRAFT_CHARS) -> str:
+    """The rest of the caller's phrase that a string value has begun: after the latest word of
+    `heard` that starts with `begun` (as written, else in any case), up to the clause's end. Names,
+    days and times in a call's arguments are the caller's own words."""
+    if not begun.strip():
+        return ""
+    for flags in (0, re.IGNORECASE):
+        found = list(re.finditer(r"(?<!\w)" + re.escape(begun), heard, flags))
+        if found:
+            tail = heard[found[-1].end():found[-1].end() + limit]
+            return re.split(r'[.,;:?!\n"]', tail, maxsplit=1)[0]
+    return ""
 
 
 def snap(text: str, options: list[str]) -> str:
@@ -68,6 +84,33 @@ class ToolCallGuide:
         if forced_name is not None:  # tool_choice named a function: the prompt holds its opening
             self.expect = self._enter_arguments(forced_name)
 
+    def take_opening(self) -> str:
+        """The skeleton a forced call starts with (`{"` or more), for the prompt to end with: the
+        first pass then decodes a slot instead of a brace the guide would force anyway."""
+        head, self.expect = self.expect, ""
+        return head
+
+    def draft(self, heard: str) -> str:
+        """What the call most likely goes on with, for the next pass to check as drafts (order
+        "verify"; never forced): a key or name still open, completed to the first allowed one with
+        the skeleton after it, or a string value begun from the caller's words (`heard`)."""
+        if self.done:
+            return ""
+        if self.expect:
+            return self.expect
+        if self.slot in ("key", "name", "enum"):
+            live = [o for o in self._options() if o.startswith(self.slot_text)]
+            if not live:
+                return ""
+            rest = live[0][len(self.slot_text):]
+            if self.slot == "key":
+                quote = '"' if _json_type(self.props[live[0]]) in ("string", "enum") else ""
+                return rest + '": ' + quote
+            return rest + '"'
+        if self.slot == "string" and self.slot_text:
+            return heard_continuation(self.slot_text, heard)
+        return ""
+
     # -- the grammar ------------------------------------------------------------------------
     def _enter_arguments(self, name: str) -> str:
         schema = self.schemas[name]
@@ -83,7 +126,11 @@ class ToolCallGuide:
         """Skeleton after '{' or after a value: the next key's opening, or the close."""
         if self._missing_required():
             self._open("key")
-            return ('"' if first else ', "')
+            opening = '"' if first else ', "'
+            keys = self._key_options()
+            if len(keys) == 1:  # any key the model wrote would snap to this one: no pass for it
+                return opening + keys[0] + self._after_key(keys[0])
+            return opening
         if self.remaining:
             self._open("more" if not first else "first")
             return ""
@@ -141,6 +188,8 @@ class ToolCallGuide:
             c, here = text[i], self.slot_text + text[slot_start:i]
             if self.slot in SNAP_SLOTS:
                 if (c == '"') if self.slot != "boolean" else not c.isalpha():
+                    if self._keeps(here):
+                        continue  # `expect` holds the skeleton after it, checked against what follows
                     return self._resolve(slot_start, here)
             elif self.slot == "string":
                 if c == '"' and not here.endswith("\\"):
@@ -177,6 +226,16 @@ class ToolCallGuide:
                 return self._resolve(slot_start, here)
         self.slot_text = here
         return None
+
+    def _keeps(self, here: str) -> bool:
+        """The model wrote a whole allowed answer and closed it: its text stays, and the skeleton
+        after it is checked against what the model wrote next (forced only where it strays). The
+        tokens the model went on with in the same pass are not thrown away."""
+        if here not in self._options():
+            return False
+        self.expect = self._finish_snap(here)
+        self.slot_text = ""
+        return True
 
     def _resolve(self, slot_start: int, here: str) -> Edit:
         committed = self.slot_text

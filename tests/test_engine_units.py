@@ -248,6 +248,19 @@ def test_verify_takes_drafts_from_the_pool_and_text_edits_drop_them():
         assert not other.verifying and other.drafts == []
 
 
+def test_proposed_drafts_replace_the_next_passes_and_keep_to_the_budget():
+    s = _verifying(max_tokens=4, pending=[5])
+    s.drafts = [1, 2]
+    s.propose([7, 8, 9, 10, 11])
+    assert s.drafts == [7, 8, 9]  # four tokens of budget: the pass's own token and three drafts
+    s.propose([])
+    assert s.drafts == [7, 8, 9]  # nothing proposed leaves the drafts as they were
+    params = DecodeParams(block_size=4, threshold=0.9, max_steps_per_block=3, max_tokens=8, order="prefix")
+    other = Sequence.start(params, DLLM, MASK, {EOS}, pending=[2, 3])
+    other.propose([7, 8])
+    assert other.drafts == []  # only "verify" checks drafts
+
+
 def test_the_pool_keeps_the_longest_recent_continuation():
     from engine.drafts import NgramDrafts
 

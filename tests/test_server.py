@@ -333,9 +333,11 @@ def tool_server(tmp_path_factory):
             "function": {"name": "lookup_patient", "arguments": json.dumps({"patient_name": "John Smith"})}}
     after_tool = CALLER + [{"role": "assistant", "content": None, "tool_calls": [call]},
                            {"role": "tool", "tool_call_id": "call_0", "content": TOOL_RESULT}]
+    forced = eng.prepare(CALLER, tools=[LOOKUP], tool_choice=FORCE_LOOKUP, reasoning_effort="instant")
+    whole = '<tool_call>\n{"name": "lookup_patient", "arguments": {"patient_name": "John Smith"}}\n</tool_call><|im_end|>'
+    assert whole.startswith(forced.prefix)  # the prompt holds the call's opening (engine/tool_guide.py)
     _teach(eng, [
-        (eng.prepare(CALLER, tools=[LOOKUP], tool_choice=FORCE_LOOKUP, reasoning_effort="instant").tokens,
-         '{"patient_name": "John Smith"}}\n</tool_call><|im_end|>'),
+        (forced.tokens, whole[len(forced.prefix):]),
         (eng.prepare(after_tool, tools=[LOOKUP], reasoning_effort="instant").tokens, FINAL_ANSWER + "<|im_end|>"),
     ])
     with ServerThread(create_app(eng, ServerConfig(model_id="tool-model"))) as srv:

@@ -236,6 +236,7 @@ def test_summary_rates_and_tokens_per_forward_are_aggregated():
     assert s["answered_rate"] == 1.0 and s["clean_reply_rate"] == 0.75
     assert s["tool_error_rate"] == 0.25                      # 1 error result of 4 calls
     assert s["tokens_per_forward"] == round((10 + 24 + 8) / 16, 3)
+    assert (s["decoded_tokens"], s["forward_passes"]) == (10 + 24 + 8, 16)
     assert (s["ttfat_ms_p50"], s["ttfat_ms_p95"]) == (400.0, 490.0)
     assert [x["id"] for x in s["per_call"]] == ["book_cleaning", "bad"]
     assert json.loads(json.dumps(s)) == s

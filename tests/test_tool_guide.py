@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.tool_guide import ToolCallGuide, snap
+from engine.tool_guide import ToolCallGuide, heard_continuation, snap
 from engine.tools import parse_tool_calls, validate_tools
 from engine.train.prompts import load_scenario_tools
 from tests.tiny_models import save_tiny
@@ -100,6 +100,52 @@ def test_prompt_opened_calls_resume_where_the_prompt_stopped():
     assert g.done and json.loads(out[: out.rindex("}")]) == {"date": "2026-12-01"}
     out, g = guide_text('{"name": "lookup_patient", "arguments": {"patient_name": "Wei Chen"}}', 4, opened=True)
     assert g.done and _call("\n" + out)["arguments"] == {"patient_name": "Wei Chen"}
+
+
+def test_a_key_with_one_allowed_answer_costs_no_pass():
+    """Whatever key the model wrote there would snap to the one allowed, so the guide writes it: a
+    named cancel's prompt ends inside the name's value, and its first pass decodes the name."""
+    assert ToolCallGuide(DENTAL_TOOLS, forced_name="cancel_appointment").take_opening() == '{"patient_name": "'
+    # book_appointment has three required keys: the model picks the order, the prompt ends at '{"'
+    assert ToolCallGuide(DENTAL_TOOLS, forced_name="book_appointment").take_opening() == '{"'
+    assert ToolCallGuide(DENTAL_TOOLS, opened=True).take_opening() == '{"name": "'
+    out, g = guide_text('{"patient_name": "Wei Chen"}}\n</tool_call>', 3, forced_name="cancel_appointment")
+    assert g.done and json.loads(out[: out.rindex("}")]) == {"patient_name": "Wei Chen"}
+
+
+def test_a_whole_key_the_model_wrote_stays_with_what_it_wrote_after_it():
+    """A pass that wrote a key, its skeleton and the value's start keeps all of it (the value's start
+    was thrown away and decoded again one pass later)."""
+    g = ToolCallGuide(DENTAL_TOOLS, forced_name="book_appointment")
+    g.take_opening()
+    assert g.feed('date": "next tue') is None
+    assert (g.slot, g.slot_text, g.key) == ("string", "next tue", "date")
+    edit = g.feed('sday", "tme": "10')  # a key misspelled is still snapped, from where it began
+    assert edit is not None and edit.forced == 'time": "'
+    assert g.feed('ten", "patient_name": "Ana Ruiz"}}') is not None and g.done
+
+
+def test_the_guide_drafts_the_key_it_expects_and_the_callers_words():
+    heard = "hi um this is Oliver Wagner. can I move it to december 3rd at 1 pm"
+    g = ToolCallGuide(DENTAL_TOOLS, forced_name="move_appointment")
+    g.take_opening()
+    assert g.draft(heard) == 'patient_name": "'  # the first required key, then its skeleton
+    assert g.feed('patient_name": "O') is None
+    assert g.draft(heard) == "liver Wagner"
+    assert g.feed('liver Wagner", "new_') is None  # new_date or new_time: the model's to say
+    assert g.draft(heard) == 'date": "'
+    assert g.feed('date": "de') is None
+    assert g.draft(heard) == "cember 3rd at 1 pm"
+    assert ToolCallGuide(DENTAL_TOOLS).draft(heard) == '\n{"name": "'  # the skeleton it expects
+
+
+def test_heard_continuation_takes_the_latest_phrase_begun_and_stops_at_its_clause():
+    heard = "it's for oliver. Oliver Wagner, sorry! on the ninth"
+    assert heard_continuation("Ol", heard) == "iver Wagner"  # as written first
+    assert heard_continuation("wa", heard) == "gner"  # else in any case
+    assert heard_continuation("ni", heard) == "nth"
+    assert heard_continuation("iver", heard) == ""  # inside a word is no word begun
+    assert heard_continuation("", heard) == "" and heard_continuation("zz", heard) == ""
 
 
 def test_snap_prefers_a_prefix_match():
@@ -219,3 +265,15 @@ def test_call_progress_streams_the_call_text_as_it_grows_and_only_when_asked(tin
     quiet = list(tiny_dllm.stream(CALL, tools=DENTAL_TOOLS, tool_choice=choice, max_tokens=200,
                                   reasoning_effort="instant"))
     assert "tool_args" not in [e.type for e in quiet]  # the OpenAI server never asks for them
+
+
+def test_the_default_model_writes_a_named_call_from_the_callers_words_in_three_passes(default_engine):
+    """The prompt ends inside the one key's value, and the name's rest is drafted from what the caller
+    said: three passes (the name's first token, the rest and the close, the end), where the call
+    took five before (a pass for the brace, one for the key, one for each token of the name)."""
+    msgs = [{"role": "system", "content": "You are Maya, the receptionist at Bright Smile Dental."},
+            {"role": "user", "content": "hi this is oliver wagner i need to cancel my appointment"}]
+    r = default_engine.chat(msgs, tools=DENTAL_TOOLS, reasoning_effort="instant", max_tokens=80,
+                            tool_choice={"type": "function", "function": {"name": "cancel_appointment"}})
+    assert [json.loads(c["function"]["arguments"]) for c in r.tool_calls] == [{"patient_name": "oliver wagner"}]
+    assert r.metrics["forward_passes"] <= 3, r.metrics

@@ -6,7 +6,8 @@
 - tool_error_rate   = tool results with an "error" key / tool calls
 - ttfat_ms_p50/p95  = the engine's ttfat_ms over the LLM rounds that spoke
 - tokens_per_forward = model-decoded tokens / forward passes, summed over every LLM round (the
-  engine's own per-round ratio, aggregated: infilled tool-call skeleton tokens are not counted)
+  engine's own per-round ratio, aggregated: infilled tool-call skeleton tokens are not counted);
+  decoded_tokens and forward_passes are its two sums (the passes are what a call waits for)
 - first_answer_ms_p50/p95 = per caller turn, from its text going in to the first answer text out
   (tool rounds included)
 A rate whose denominator is 0 is None.
@@ -53,6 +54,8 @@ def summarize(records: list[CallRecord], reasons: list[list[str]], **extra: Any)
         "ttfat_ms_p50": ttfat["p50"],
         "ttfat_ms_p95": ttfat["p95"],
         "tokens_per_forward": round(decoded / forwards, 3) if forwards else None,
+        "decoded_tokens": decoded,
+        "forward_passes": forwards,
         "first_answer_ms_p50": first["p50"],
         "first_answer_ms_p95": first["p95"],
         **extra,
