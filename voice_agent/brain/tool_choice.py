@@ -31,7 +31,8 @@ writes the arguments, which the ask guard checks as always:
   training policy reads a day's free times before it asks the time or the name; v7 asked "What time
   would suit you?" straight away (held-out gen_013, gen_027) and the sample call's "a teeth cleaning
   for next Tuesday" got "What day would you like to come in?". Likewise a time named without a day,
-  once the booking's day was named, books (v7 moved an appointment the caller never had).
+  once the booking's day was named, books (v7 moved an appointment the caller never had), and so
+  does a day named with its time ("could we do the 9th half past one"; at `low` v7 asked the day).
 - **A part of the day asked for is searched.** "Do you have anything in the morning?" after the
   free times were read out searches that part of the day, as the training policy does; v7 asked for
   the name, or booked a time nobody said for "later in the day would be good".
@@ -73,8 +74,9 @@ def named(tool: str) -> dict:
 def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
     """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
     agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`), "day"
-    (`search_due`), "part" (`part_search_due`), "time" (`booking_due`) or "correction"
-    (`correction_due`); tool_choice is a tool name or "required". None: the model chooses."""
+    (`search_due`), "part" (`part_search_due`), "time" (`booking_due`), "day and time"
+    (`day_and_time_due`) or "correction" (`correction_due`); tool_choice is a tool name or
+    "required". None: the model chooses."""
     if not tools or not messages or messages[-1].get("role") != "user":
         return None
     carried = carried_tool(messages, tools, policy.ask)
@@ -85,6 +87,7 @@ def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: Cal
                       ("day", lambda: search_due(messages, policy)),
                       ("part", lambda: part_search_due(messages, policy)),
                       ("time", lambda: booking_due(messages, policy)),
+                      ("day and time", lambda: day_and_time_due(messages, policy)),
                       ("correction", lambda: correction_due(messages, policy))):
         if (choice := rule()) is not None:
             return why, choice
@@ -200,6 +203,28 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
                 and latest_said("time", users[-1:], today) is not None and not phrases_in(users[-1], "day", today)
                 and not said_intents(users[-1], policy.intents) and not _succeeded(messages, rule["call"])
                 and not any(said_intents(u, policy.intents) - {search} for u in users)):  # not a move's search
+            return rule["call"]
+    return None
+
+
+def day_and_time_due(messages: list[dict], policy: CallPolicy) -> str | None:
+    """When the caller's latest words name a day and a time, in a booking call that has booked
+    nothing yet: the booking tool of the `instead` block (its arguments are the model's, and the ask
+    guard asks for a name still missing). At `low`, v7's note asked "What day would you like to come
+    in?" after "could we do the 9th half past one would be great", twice, and the call ended
+    unbooked (held-out gen_015, gen_034, gen_039, hw_book_new_patient, hw_past_date); `instant`
+    booked them."""
+    users = caller_turns(messages)
+    if not users:
+        return None
+    today = today_of(messages)
+    if latest_said("day", users[-1:], today) is None:
+        return None
+    for rule in policy.instead.values():
+        kind = rule.get("when_said")
+        if kind is None or latest_said(kind, users[-1:], today) is None:
+            continue
+        if _booking_began(users, policy.intents, today) is not None and not _succeeded(messages, rule["call"]):
             return rule["call"]
     return None
 
