@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine.precision import native_bf16_flags
+
 
 @dataclass(frozen=True)
 class Int8Tolerance:
@@ -52,8 +54,19 @@ INT8_TOLERANCE = Int8Tolerance()
 # ms by new tokens, int8 kernel up to 12 rows vs packed above 3: 1: 30.2 / 30.5, 2: 34.1 / 34.8,
 # 4: 37.7 / 38.3, 6: 52.6 / 37.9, 8: 60.9 / 46.9, 12: 77.0 / 49.5 (interleaved, same process). The
 # 210 layer linears alone, streamed, 1 / 2 / 4 / 8 / 12 rows: int8 7.5 / 9.5 / 11.4 / 26.8 / 30.1,
-# packed bf16 11.4 / 11.3 / 9.7 / 11.7 / 12.6. (Without AVX512 the de-quantised copy is fp32.)
+# packed bf16 11.4 / 11.3 / 9.7 / 11.7 / 12.6. Without native bf16 the de-quantised copy is fp32,
+# twice those bytes, and the int8 kernel wins up to 8 rows (`int8_dense_above`): Intel Xeon with
+# AVX512F but no AVX512-BF16, 2 threads, whole pass in ms, rows 4 / 6 / 8 / 10 / 12, packed above 3
+# rows: 55.6 / 57.5 / 62.2 / 62.9 / 66.3; above 8: 32.9 / 44.5 / 54.8 / 61.3 / 59.7 (medians of 4
+# interleaved rounds).
 DENSE_ABOVE_ROWS = 3
+DENSE_ABOVE_ROWS_FP32 = 8
+
+
+def int8_dense_above() -> int:
+    """Rows above which an int8 pass multiplies the packed de-quantised copy on this CPU: bf16 where
+    the CPU multiplies it natively, fp32 (twice the bytes) elsewhere."""
+    return DENSE_ABOVE_ROWS if native_bf16_flags() else DENSE_ABOVE_ROWS_FP32
 KERNEL_DTYPE = torch.bfloat16
 
 
@@ -187,18 +200,20 @@ def quantize_w8a8(model: nn.Module, fuse: bool = True) -> int:
 
 
 def quantize_int8(model: nn.Module, act_dtype: torch.dtype | None = None, kernel_dtype: torch.dtype | None = None,
-                  dense_above: int = DENSE_ABOVE_ROWS, fuse: bool = True, keep_dense: bool = True) -> int:
+                  dense_above: int | None = None, fuse: bool = True, keep_dense: bool = True) -> int:
     """Replace every nn.Linear in `model` (layers and LM head) by an Int8Linear; returns how many
     linears were quantised.
 
     `act_dtype` defaults to the model's dtype (its embedding's); `kernel_dtype` to bf16 (see
     Int8Linear). `keep_dense` keeps a de-quantised copy for passes wider than `dense_above` rows
-    (memory: 1.25x fp32's weights; a narrow pass reads only the int8 bytes). With `fuse`, each attention's q/k/v become one `qkv_proj` and each MLP's gate/up
+    (default `int8_dense_above()`, by the CPU; memory: 1.25x fp32's weights; a narrow pass reads
+    only the int8 bytes). With `fuse`, each attention's q/k/v become one `qkv_proj` and each MLP's gate/up
     one `gate_up_proj` (4 kernel calls per layer instead of 7; the same int8 rows and scales). A
     tied LM head gets its own int8 copy; the embedding table keeps its weights."""
     act = act_dtype or next(model.parameters()).dtype
     kernel = kernel_dtype or KERNEL_DTYPE
-    return replace_linears(model, lambda w, b: Int8Linear(w, b, act, kernel, dense_above, keep_dense), fuse)
+    rows = int8_dense_above() if dense_above is None else dense_above
+    return replace_linears(model, lambda w, b: Int8Linear(w, b, act, kernel, rows, keep_dense), fuse)
 
 
 def linear_bytes(model: nn.Module) -> int:

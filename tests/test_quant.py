@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from engine import Engine
+from engine import Engine, quant
 from engine.quant import INT8_TOLERANCE, Int8Linear, W8A8Linear, linear_bytes, quantize_int8
 from tests.tiny_models import causal_logits, save_tiny
 
@@ -67,6 +67,17 @@ def test_int8_linear_matches_its_dequantised_weight_at_every_width():
         assert float((got - ref).abs().max()) < 0.05 * float(ref.abs().max())
     assert q(torch.randn(64)).shape == (96,)  # a 1-D input (the LM head at one position)
 
+
+
+@pytest.mark.parametrize(("flags", "rows"), [(["avx512_bf16"], 3), ([], 8)])
+def test_int8_passes_go_packed_above_the_rows_this_cpu_multiplies_faster_in_int8(monkeypatch, flags, rows):
+    """The packed copy is bf16 where the CPU multiplies bf16 natively, fp32 elsewhere (twice the
+    bytes), so the int8 kernel keeps more rows there (engine/quant.py, measured per CPU)."""
+    monkeypatch.setattr(quant, "native_bf16_flags", lambda: flags)
+    assert quant.int8_dense_above() == rows
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    quantize_int8(model, torch.float32, fuse=False)
+    assert model[0].dense_above == rows
 
 @pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
 def test_int8_linear_wide_passes_use_the_packed_dequantised_weight(act):
