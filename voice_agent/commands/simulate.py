@@ -7,7 +7,8 @@ CALLS.yaml holds `scenario`, `today` and `calls` (each: id, optional db {empty, 
 caller lines, expect {appointments, tool_calls, no_tool_calls, must_say, must_not_say}); see
 voice_agent/simulate/callfile.py. Prints a pass/fail table per call and writes DIR/simulate.json.
 With --json the last stdout line is one JSON object: calls, task_success_rate, answered_rate,
-clean_reply_rate, tool_error_rate, ttfat_ms_p50, ttfat_ms_p95, tokens_per_forward, per_call.
+clean_reply_rate, tool_error_rate, ttfat_ms_p50, ttfat_ms_p95, tokens_per_forward (decoded_tokens
+over forward_passes, both given), first_answer_ms_p50/p95, per_call.
 
 Exit status: 0 when every call succeeds, 1 when some fail, 2 for a call file that cannot be read
 or parsed (or names an unknown scenario or tool).
