@@ -121,6 +121,9 @@ def test_intents_are_whole_phrases_of_the_callers_words():
     assert said_intents("what's your cancellation policy", intents) == set()  # "cancel" is a word, not a prefix
     assert said_intents("what time is my visit i might cancel it", intents) == {"cancel_appointment", "lookup_patient"}
     assert said_intents("What time is my visit?", intents) == {"lookup_patient"}
+    # unseen seed-12 gen_056: a hesitation inside the phrase; "like" and "so" can be words, so they stay
+    assert said_intents("good afternoon call uh off my visit please", intents) == {"cancel_appointment"}
+    assert said_intents("what time like is my visit", intents) == set()
 
 
 @pytest.mark.parametrize(("text", "part"), [

@@ -16,6 +16,7 @@ from voice_agent.brain.tool_choice import (
     carried_tool,
     correction_due,
     day_and_time_due,
+    earlier_intent_due,
     instead_tool,
     intended_tool,
     part_search_due,
@@ -479,6 +480,23 @@ def test_a_bookings_day_and_time_named_together_book(lines, tool):
     assert day_and_time_due(msgs, SCENARIO.policy) == tool
     if tool:
         assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("day and time", tool)
+
+
+@pytest.mark.parametrize(("lines", "tool"), [
+    # unseen seed-11 gen_058 (instant) and gen_021 (low): asked which service the visit was for
+    (["Good morning something came up and I need a different time.", "it's for like bilal reyes",
+      "Do you have next tuesday at half past twelve?"], "move_appointment"),
+    (["hi there something came up and i need a different time it's for pooja reyes",
+      "Do you have the 4th at twelve in the afternoon?"], "move_appointment"),
+    (["I need a different time", "next tuesday please"], None),            # no time yet: the model asks it
+    (["what do you have on friday", "friday at ten then"], None),           # a search takes no time
+    (["I need a different time", "actually cancel it, the 4th at twelve is no good"], None),  # a new intent
+])
+def test_an_intent_named_earlier_is_acted_on_when_its_day_and_time_are_named(lines, tool):
+    msgs = _turn(*lines)
+    assert earlier_intent_due(msgs, SCENARIO.tools, SCENARIO.intents) == tool
+    if tool:
+        assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) == ("intent earlier", tool)
 
 
 def test_a_day_and_time_after_the_booking_succeeded_is_not_another_booking():

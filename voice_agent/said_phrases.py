@@ -293,8 +293,10 @@ def only_calendar_words(text: str) -> bool:
 
 def said_intents(text: str, intents: dict[str, tuple[str, ...]]) -> set[str]:
     """The tools of `intents` ({tool: phrases}) whose phrases `text` says, as whole words ("call off my
-    visit" says cancel_appointment's "call off"; apostrophes are ignored, so "cant" is "can't")."""
-    flat = " " + " ".join(w.replace("'", "") for w in _words(text)) + " "
+    visit" says cancel_appointment's "call off"; apostrophes are ignored, so "cant" is "can't"). A
+    hesitation inside a phrase is skipped: "call uh off my visit" is a cancel too (unseen seed-12
+    gen_056 got the goodbye)."""
+    flat = " " + " ".join(w.replace("'", "") for w in _words(text) if w not in FILLERS) + " "
     return {tool for tool, phrases in intents.items()
             if any(f" {' '.join(w.replace(chr(39), '') for w in _words(p))} " in flat for p in phrases)}
 

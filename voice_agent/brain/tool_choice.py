@@ -24,6 +24,9 @@ writes the arguments, which the ask guard checks as always:
   name question, which carries the next turn. v7 looked up a caller who said "call off my visit" and
   answered "what time is my visit" with the clinic's payment methods (held-out gen_006, gen_020,
   gen_028, gen_040: phrasings it never trained on).
+- **An intent named earlier is acted on when its day and time are named** ("I need a different
+  time" - the name - "do you have next tuesday at half past twelve" is the move; v7 asked which
+  service the visit was for, unseen seed-11 gen_058).
 - **A booking's day is acted on when it is named.** When the caller's latest words name a day and
   no time in a booking call (the newest caller turn that names a service or an intent names a
   service only), the turn books, when a time was named since the booking began, or else calls the
@@ -73,7 +76,8 @@ def named(tool: str) -> dict:
 
 def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: CallPolicy) -> tuple[str, str] | None:
     """(why, tool_choice) for a turn the conversation has already decided: why is "carried" (the
-    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`), "day"
+    agent's question, `carried_tool`), "intent" (the caller named it, `intended_tool`), "intent
+    earlier" (named before, its day and time now: `earlier_intent_due`), "day"
     (`search_due`), "part" (`part_search_due`), "time" (`booking_due`), "day and time"
     (`day_and_time_due`) or "correction" (`correction_due`); tool_choice is a tool name or
     "required". None: the model chooses."""
@@ -84,6 +88,7 @@ def turn_tool_choice(messages: list[dict], tools: list[dict] | None, policy: Cal
         return "carried", carried
     # A caller asked for their name who names a booking's day instead is searched first.
     for why, rule in (("intent", lambda: intended_tool(messages, tools, policy.intents)),
+                      ("intent earlier", lambda: earlier_intent_due(messages, tools, policy.intents)),
                       ("day", lambda: search_due(messages, policy)),
                       ("part", lambda: part_search_due(messages, policy)),
                       ("time", lambda: booking_due(messages, policy)),
@@ -113,6 +118,31 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
     # thursday" is move_appointment (v7 booked it, seed-2 gen_018).
     today = today_of(messages)
     if kinds and all(k is True or (k in COPIED_KINDS and phrases_in(latest, k, today)) for k in kinds):
+        return tool
+    return None
+
+
+def earlier_intent_due(messages: list[dict], tools: list[dict], intents: dict[str, tuple[str, ...]]) -> str | None:
+    """The tool an earlier caller turn named by its `intents` phrases, once the caller's latest words
+    name the day and the time it takes: "something came up and I need a different time" - (the name,
+    a lookup) - "do you have next tuesday at half past twelve" is the move, not a new booking. Only
+    for a tool that takes both a day and a time (a search for free times takes no time), and only
+    until that tool has succeeded. v7 asked which service the visit was for (unseen seed-11
+    gen_058 at instant; gen_021, gen_033, gen_039 at low)."""
+    users = caller_turns(messages)
+    if len(users) < 2 or not intents:
+        return None
+    earlier = next((said_intents(u, intents) for u in reversed(users[:-1]) if said_intents(u, intents)), set())
+    if len(earlier) != 1 or said_intents(users[-1], intents):
+        return None
+    tool = next(iter(earlier))
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
+    props = params.get("properties") or {}
+    kinds = {props.get(key, {}).get(GROUNDED_KEY) for key in params.get("required") or []}
+    today = today_of(messages)
+    if not {"day", "time"} <= kinds or _succeeded(messages, tool):
+        return None
+    if all(latest_said(k, users[-1:], today) is not None for k in ("day", "time")):
         return tool
     return None
 
