@@ -61,13 +61,13 @@ INT8_TOLERANCE = Int8Tolerance()
 # interleaved rounds).
 DENSE_ABOVE_ROWS = 3
 DENSE_ABOVE_ROWS_FP32 = 8
+KERNEL_DTYPE = torch.bfloat16
 
 
 def int8_dense_above() -> int:
     """Rows above which an int8 pass multiplies the packed de-quantised copy on this CPU: bf16 where
     the CPU multiplies it natively, fp32 (twice the bytes) elsewhere."""
     return DENSE_ABOVE_ROWS if native_bf16_flags() else DENSE_ABOVE_ROWS_FP32
-KERNEL_DTYPE = torch.bfloat16
 
 
 class Int8Linear(nn.Module):

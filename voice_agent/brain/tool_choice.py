@@ -109,9 +109,7 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
     if len(named) != 1:
         return None
     tool = named.pop()
-    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
-    props = params.get("properties") or {}
-    kinds = [props.get(key, {}).get(GROUNDED_KEY) for key in params.get("required") or []]
+    kinds = _required_kinds(tools, tool)
     # Besides the name (free text, which the ask guard asks for), every day and time the tool needs
     # is named in these words: "when are you free the 7th" is find_free_slots (v7 answered "The 7th
     # is the time I can come in", seed-1 gen_022); "i need a different time eleven ... could we do
@@ -120,6 +118,14 @@ def intended_tool(messages: list[dict], tools: list[dict], intents: dict[str, tu
     if kinds and all(k is True or (k in COPIED_KINDS and phrases_in(latest, k, today)) for k in kinds):
         return tool
     return None
+
+
+def _required_kinds(tools: list[dict], tool: str) -> list:
+    """The `x-grounded` mark of each required argument of `tool` (True: free text; "day", "time",
+    ...: a phrase of that kind; None: not grounded), in the schema's order."""
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
+    props = params.get("properties") or {}
+    return [props.get(key, {}).get(GROUNDED_KEY) for key in params.get("required") or []]
 
 
 def earlier_intent_due(messages: list[dict], tools: list[dict], intents: dict[str, tuple[str, ...]]) -> str | None:
@@ -132,15 +138,12 @@ def earlier_intent_due(messages: list[dict], tools: list[dict], intents: dict[st
     users = caller_turns(messages)
     if len(users) < 2 or not intents:
         return None
-    earlier = next((said_intents(u, intents) for u in reversed(users[:-1]) if said_intents(u, intents)), set())
+    earlier = next((named for u in reversed(users[:-1]) if (named := said_intents(u, intents))), set())
     if len(earlier) != 1 or said_intents(users[-1], intents):
         return None
     tool = next(iter(earlier))
-    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}.get(tool) or {}
-    props = params.get("properties") or {}
-    kinds = {props.get(key, {}).get(GROUNDED_KEY) for key in params.get("required") or []}
     today = today_of(messages)
-    if not {"day", "time"} <= kinds or _succeeded(messages, tool):
+    if not {"day", "time"} <= set(_required_kinds(tools, tool)) or _succeeded(messages, tool):
         return None
     if all(latest_said(k, users[-1:], today) is not None for k in ("day", "time")):
         return tool
