@@ -170,7 +170,7 @@ class DecodeLoop:
             return
         for s in seqs:
             s.begin_step()
-        inputs = [s.step_input(lean=len(seqs) > 1) for s in seqs]
+        inputs = [s.step_input(lean=len(seqs) > 1, cost=self.runner.pass_cost) for s in seqs]
         fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]
         logits = None
         if fwd:

@@ -17,7 +17,8 @@ from engine.families import Family
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask, read_positions, with_branch
 from engine.model import Transformer
-from engine.precision import Precision, PrecisionError, fp32_linears
+from engine.pass_cost import PassCost, curve_for
+from engine.precision import Precision, PrecisionError, fp32_linears, native_bf16_flags
 from engine.sequence import StepInput
 
 
@@ -71,6 +72,10 @@ class ModelRunner:
             if onednn_available():
                 self.info["packed_linears"] = pack_fp32(self.model)
         self.info["linear_kernel"] = _linear_kernel(precision, "packed_linears" in self.info)
+        # What a pass costs by its width with these kernels: how wide a verify pass is worth (engine/pass_plan.py).
+        self.pass_cost = PassCost(curve_for(self.device.type, precision.name if precision else None,
+                                            bool(native_bf16_flags())))
+        self.info["pass_cost_curve"] = self.pass_cost.kernel
 
     @property
     def dtype(self) -> torch.dtype:

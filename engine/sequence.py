@@ -13,10 +13,12 @@ absolute multiples of B (`align_blocks`), the masked rest of the generation wind
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from engine import pass_plan
 from engine.drafts import DRAFT_TOKENS, KEY_LENGTHS, NgramDrafts
 from engine.families import Family
 
@@ -89,6 +91,11 @@ class Sequence:
         # checks as an AR model would. Only greedy, and only where the cache is an AR cache.
         self.verifying = verifies(params, family)
         self.drafts: list[int] = []
+        self.draft_odds: list[float] = []  # each draft's odds of holding, given the ones before held (pass_plan)
+        self.from_block = False  # the drafts are the block's own predictions
+        self.block_drafts_reached = 0  # the block's drafts checked with every draft before them held ...
+        self.block_drafts_held = 0  # ... and how many of those held: the odds the planner sizes blocks by
+        self.pass_block = 0  # masks in the last pass's block (accept reads their predictions)
         self.pool: NgramDrafts | None = None  # where drafts come from beside the block (start)
         self.context: list[int] = []  # the prompt's last tokens, for the pool's keys
         self.drafts_proposed = 0
@@ -143,19 +150,42 @@ class Sequence:
         return out
 
     # -- one pass -----------------------------------------------------------------------------------
-    def step_input(self, lean: bool = False) -> StepInput:
+    def step_input(self, lean: bool = False, cost: Callable[[int], float] | None = None) -> StepInput:
         """This pass's input. `lean` (a pass over several rows, padded to the widest): verify drafts
-        at most a block's worth and carries no branch, so that no row widens the whole batch."""
+        at most a block's worth and carries no branch, so that no row widens the whole batch.
+        `cost` (verify, one row): the pass's cost by width (engine/pass_cost.py), by which the drafts,
+        the block and the branch are sized (engine/pass_plan.py); without it all of them go in."""
+        if self.verifying and cost is not None and not lean and self.block:
+            return self._planned_input(cost)
         if lean and self.verifying:
-            self.drafts = self.drafts[: max(len(self.block) - 1, 0)]
+            self._keep_drafts(max(len(self.block) - 1, 0))
         with_block = self._needs_block_in_input()
         window = self._window() if with_block else 0
         block = self.block + [self.mask_id] * window if with_block else []
+        self.pass_block = len(block)
         # verify: with drafts in the pass, a second block right after the pending tokens predicts
         # what follows in case the first draft fails (Sequence.accept).
         branch = [self.mask_id] * len(block) if self.drafts and block and self.verifying and not lean else []
         return StepInput(self.pending + self.drafts + block + branch, len(self.pending), len(block), window,
                          len(self.drafts), len(branch))
+
+    def _planned_input(self, cost: Callable[[int], float]) -> StepInput:
+        rate = ((self.block_drafts_held + pass_plan.BLOCK_PRIOR_ODDS * pass_plan.BLOCK_PRIOR_WEIGHT)
+                / (self.block_drafts_reached + pass_plan.BLOCK_PRIOR_WEIGHT))
+        odds = self.draft_odds + [rate] * (len(self.drafts) - len(self.draft_odds))  # drafts set by hand
+        layout = pass_plan.plan(len(self.pending), odds, len(self.block), rate, cost)
+        self._keep_drafts(layout.drafts)
+        self.pass_block = layout.block
+        block = [self.mask_id] * layout.block
+        branch = block if layout.branch else []
+        return StepInput(self.pending + self.drafts + block + branch, len(self.pending), len(block), 0,
+                         len(self.drafts), len(branch))
+
+    def _keep_drafts(self, k: int) -> None:
+        self.drafts, self.draft_odds = self.drafts[:k], self.draft_odds[:k]
+
+    def _set_drafts(self, tokens: list[int], odds: list[float], from_block: bool = False) -> None:
+        self.drafts, self.draft_odds, self.from_block = tokens, odds[: len(tokens)], from_block
 
     def begin_step(self) -> None:
         self.new_final = []
@@ -204,12 +234,15 @@ class Sequence:
         confidence stays at `draft_min` or more. After a failed draft they are not reused: reusing
         them (a Jacobi step) kept every later pass on drafts made after a wrong token, and tokens a
         pass fell from 1.66 to 1.33 on four simulated calls."""
-        k, w = len(self.drafts), len(self.block)
+        k, w = len(self.drafts), self.pass_block
         a = 0
         while a < k and self.drafts[a] == tok[a]:
             a += 1
         self.drafts_proposed += k
         self.drafts_accepted += a
+        if self.from_block:
+            self.block_drafts_reached += min(a + 1, k)
+            self.block_drafts_held += a
         new = self.drafts[:a] + [tok[a]]
         # Every draft held: the block's predictions, made after them. One failed: the branch's, made
         # right after the pending tokens, for the positions past the new final ones.
@@ -219,11 +252,13 @@ class Sequence:
             at = k + w + 1 + a
             later = zip(tok[at:k + 2 * w], conf[at:k + 2 * w], strict=True)
         nxt: list[int] = []
+        odds: list[float] = []
         for t, c in later:
             if c < draft_min:
                 break
             nxt.append(t)
-        self.drafts = []
+            odds.append(pass_plan.block_odds(c))
+        self._set_drafts([], [])
         for t in new:
             self.generated.append(t)
             self.pending.append(t)
@@ -237,15 +272,18 @@ class Sequence:
         if self.done:
             self.block, self.committed = [], []
             return
-        nxt = self._pooled(nxt)
-        cut = next((i + 1 for i, t in enumerate(nxt) if t in self.eos_ids), len(nxt))
-        self.drafts = nxt[: min(cut, self.remaining() - 1)]
+        pooled = self._pooled(nxt)
+        if pooled is not nxt:
+            odds = pass_plan.hold_odds("pool", len(pooled))
+        cut = next((i + 1 for i, t in enumerate(pooled) if t in self.eos_ids), len(pooled))
+        self._set_drafts(pooled[: min(cut, self.remaining() - 1)], odds, from_block=pooled is nxt)
 
     def propose(self, tokens: list[int]) -> None:
         """verify: the next pass's drafts from a source that knows better than the pool and the
         block (a tool call's guide: the skeleton it expects, a value as the caller said it)."""
         if self.verifying and not self.done and tokens:
-            self.drafts = list(tokens[: max(min(DRAFT_TOKENS, self.remaining() - 1), 0)])
+            kept = list(tokens[: max(min(DRAFT_TOKENS, self.remaining() - 1), 0)])
+            self._set_drafts(kept, pass_plan.hold_odds("guide", len(kept)))
 
     def _pooled(self, block: list[int]) -> list[int]:
         """The next pass's drafts: what followed the last tokens before (the pool), where the match
@@ -289,7 +327,7 @@ class Sequence:
         `stop`: the sequence ends with them; `reopen`: it goes on, with its next block sized again."""
         del self.generated[-n:]
         self.generated.extend(new)
-        self.drafts = []  # made after the tail that is rewritten
+        self._set_drafts([], [])  # made after the tail that is rewritten
         self.pending, self.new_final = list(new), list(new)
         self.infilled += infilled
         if stop:
@@ -312,7 +350,7 @@ class Sequence:
 
     # -- blocks ---------------------------------------------------------------------------------------
     def _new_block(self) -> None:
-        self.drafts = []  # made before the text was changed (forced text, a rewrite)
+        self._set_drafts([], [])  # made before the text was changed (forced text, a rewrite)
         if self.forced:
             self.infilled += len(self.forced)
             self.generated.extend(self.forced)
@@ -338,11 +376,13 @@ class Sequence:
             self.pending.extend(carry)
             return
         self.block = carry + [self.mask_id] * b
+        self.pass_block = len(self.block)  # until a pass is laid out otherwise (step_input)
         self.committed = [True] * len(carry) + [False] * b
         self.offset = len(carry)
         self.steps_in_block = 0
         if self.pool is not None and self.generated:  # after forced text: what followed it before
-            self.drafts = self._pooled([])[: max(self.remaining() - 1, 0)]
+            pooled = self._pooled([])[: max(self.remaining() - 1, 0)]
+            self._set_drafts(pooled, pass_plan.hold_odds("pool", len(pooled)))
 
     def _needs_block_in_input(self) -> bool:
         # With token shift, position 0 of the block is predicted by the clean token before it, so

@@ -1,0 +1,69 @@
+"""What a pass costs by its width, relative to a 1-token pass, for the runner's linear kernel.
+
+The verify planner (engine/pass_plan.py) weighs a draft's odds of holding against the width it
+adds, so it needs the shape of this curve, not its absolute level (which moves with other tenants
+by 1.5x within minutes on a shared machine). The curves are medians of whole passes (SmolLM2-135M,
+480-token cache, 2 threads, `engine.bench.ms_per_pass`), interpolated linearly between widths and
+extrapolated from the last two. They are fixed per kernel, not measured at load, so that a decode's
+pass layout, and so its pass count, is the same on every run of a machine.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+# Each: (width, cost relative to width 1), widths ascending, starting at 1.
+CURVES: dict[str, tuple[tuple[int, float], ...]] = {
+    # int8 weights with fp32 activations (no native bf16): `_weight_int8pack_mm` up to 8 rows, whose
+    # cost grows per row (a step past 4 rows), then the packed fp32 de-quantised copy. Intel Xeon
+    # without AVX512-BF16, 2026-12-04, medians of 4 rounds interleaved with fp32: 19.9 ms at 1 token.
+    "int8-fp32": ((1, 1.0), (2, 1.1), (3, 1.21), (4, 1.3), (5, 1.79), (6, 1.85), (8, 2.06), (10, 2.49),
+                  (12, 2.6), (16, 2.87), (24, 3.31), (32, 3.84), (48, 5.16)),
+    # int8 weights with bf16 activations: the int8 kernel up to 3 rows, then packed bf16, nearly flat.
+    # AMD EPYC with AVX512-BF16, 2026-12-03 (engine/quant.py's table; README bench, session 14).
+    "int8-bf16": ((1, 1.0), (2, 1.1), (4, 1.25), (6, 1.25), (8, 1.5), (12, 1.6), (16, 1.75), (32, 2.4)),
+    # fp32 oneDNN-packed (engine/packed.py): slow growth. The Intel Xeon above, the same rounds.
+    "fp32": ((1, 1.0), (2, 1.03), (3, 1.09), (4, 1.13), (6, 1.2), (8, 1.26), (12, 1.38), (16, 1.52), (24, 1.83),
+             (32, 2.03), (48, 2.74)),
+    # bf16 with native bf16 matmuls: flat to 16 (README bench, session 11).
+    "bf16": ((1, 1.0), (8, 1.0), (16, 1.06), (32, 1.42)),
+    # w8a8 (quantized.linear_dynamic): flat to 2 rows, then a step (the Xeon above).
+    "w8a8": ((1, 1.0), (2, 1.0), (4, 1.85), (8, 2.25), (16, 2.3), (32, 3.1)),
+    # A GPU pass is launch-bound far beyond any verify pass's width.
+    "flat": ((1, 1.0), (64, 1.05)),
+}
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """cost(width): a pass over `width` new tokens, in units of a 1-token pass."""
+
+    kernel: str
+
+    def __post_init__(self) -> None:
+        if self.kernel not in CURVES:
+            raise ValueError(f"no pass-cost curve for kernel {self.kernel!r}; known: {', '.join(CURVES)}")
+
+    def __call__(self, width: int) -> float:
+        pts = CURVES[self.kernel]
+        w = max(1, width)
+        i = bisect_left([p[0] for p in pts], w)
+        if i < len(pts) and pts[i][0] == w:
+            return pts[i][1]
+        (w0, c0), (w1, c1) = (pts[i - 1], pts[i]) if i < len(pts) else (pts[-2], pts[-1])
+        return c0 + (c1 - c0) * (w - w0) / (w1 - w0)
+
+
+def curve_for(device_type: str, precision: str | None, native_bf16: bool) -> str:
+    """The curve of a runner: its device, precision name and whether the CPU multiplies bf16 natively."""
+    if device_type != "cpu":
+        return "flat"
+    if precision == "int8":
+        return "int8-bf16" if native_bf16 else "int8-fp32"
+    if precision in ("bf16", "w8a8"):
+        return precision
+    return "fp32"
+
+
+__all__ = ["CURVES", "PassCost", "curve_for"]
