@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from engine.pass_plan import POOL_ODDS, HoldRate
+
 # The longest key tried first: three tokens rarely repeat by chance, two often enough to help.
 KEY_LENGTHS = (3, 2)
 # A template held whole averaged 7.8 of 8 drafted tokens, so 8 cut it short. Unseen seed 9, side
@@ -27,6 +29,8 @@ class NgramDrafts:
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
+        # How often its drafts have held, which is what a verify pass weighs their width against.
+        self.held = HoldRate(*POOL_ODDS)
         self._next: OrderedDict[tuple[int, ...], tuple[int, ...]] = OrderedDict()
         self._lock = threading.Lock()  # Engine.stream may run calls on several threads
 

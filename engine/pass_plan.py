@@ -19,12 +19,13 @@ calls at instant (int8, 2026-12-04; P(draft i holds | the drafts before it held)
 - the block's own predictions: by their confidence c, 0.2-0.45 below c = 0.7, 0.56-0.70 for
   0.7-0.9, 0.80-0.93 above (1,060 drafts): about 0.9 c;
 - the pool's (engine/drafts.py): the first 0.32 on chit-chat, 0.67-0.77 on calls; once one held,
-  the next 0.76-1.0;
+  the next 0.76-1.0. So these odds start at a prior and follow what the pool's drafts do (`HoldRate`);
 - the tool-call guide's (engine/tool_guide.py): the first 0.85, then 0.88-1.0.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,9 +45,35 @@ def block_odds(confidence: float) -> float:
 
 
 def hold_odds(source: str, n: int) -> list[float]:
-    """The odds of `n` drafts from the pool or the guide ("pool" | "guide")."""
+    """The prior odds of `n` drafts from the pool or the guide ("pool" | "guide")."""
     first, rest = POOL_ODDS if source == "pool" else GUIDE_ODDS
     return [first] + [rest] * max(n - 1, 0) if n else []
+
+
+class HoldRate:
+    """How often a source's drafts have held: the first of a run, and each one after one that held,
+    starting from prior odds worth `weight` drafts. The pool keeps one for all calls (engine/drafts.py):
+    its drafts hold far more often in `low`'s repeated notes than in open chit-chat."""
+
+    def __init__(self, first: float, rest: float, weight: float = 8.0) -> None:
+        self._counts = [first * weight, weight, rest * weight, weight]  # held, seen: first; held, seen: rest
+        self._lock = threading.Lock()
+
+    def record(self, k: int, a: int) -> None:
+        """`k` drafts were checked and the first `a` held."""
+        if k <= 0:
+            return
+        with self._lock:
+            c = self._counts
+            c[0] += a > 0
+            c[1] += 1
+            c[2] += max(min(a, k) - 1, 0)
+            c[3] += min(a, k - 1)
+
+    def odds(self, n: int) -> list[float]:
+        with self._lock:
+            first, rest = self._counts[0] / self._counts[1], self._counts[2] / self._counts[3]
+        return [first] + [rest] * max(n - 1, 0) if n else []
 
 
 def expected_tokens(odds: list[float], k: int) -> float:
@@ -88,4 +115,4 @@ def plan(n_pending: int, odds: list[float], max_block: int, block_rate: float,
     return PassLayout(keep, block, branch)
 
 
-__all__ = ["BRANCH_FREE", "FREE_MASK", "PassLayout", "block_odds", "expected_tokens", "hold_odds", "plan"]
+__all__ = ["BRANCH_FREE", "FREE_MASK", "HoldRate", "PassLayout", "block_odds", "expected_tokens", "hold_odds", "plan"]

@@ -92,7 +92,7 @@ class Sequence:
         self.verifying = verifies(params, family)
         self.drafts: list[int] = []
         self.draft_odds: list[float] = []  # each draft's odds of holding, given the ones before held (pass_plan)
-        self.from_block = False  # the drafts are the block's own predictions
+        self.draft_source = ""  # where they came from: "block" (its own predictions), "pool" or "guide"
         self.block_drafts_reached = 0  # the block's drafts checked with every draft before them held ...
         self.block_drafts_held = 0  # ... and how many of those held: the odds the planner sizes blocks by
         self.pass_block = 0  # masks in the last pass's block (accept reads their predictions)
@@ -184,8 +184,8 @@ class Sequence:
     def _keep_drafts(self, k: int) -> None:
         self.drafts, self.draft_odds = self.drafts[:k], self.draft_odds[:k]
 
-    def _set_drafts(self, tokens: list[int], odds: list[float], from_block: bool = False) -> None:
-        self.drafts, self.draft_odds, self.from_block = tokens, odds[: len(tokens)], from_block
+    def _set_drafts(self, tokens: list[int], odds: list[float], source: str = "") -> None:
+        self.drafts, self.draft_odds, self.draft_source = tokens, odds[: len(tokens)], source
 
     def begin_step(self) -> None:
         self.new_final = []
@@ -240,9 +240,11 @@ class Sequence:
             a += 1
         self.drafts_proposed += k
         self.drafts_accepted += a
-        if self.from_block:
+        if self.draft_source == "block":
             self.block_drafts_reached += min(a + 1, k)
             self.block_drafts_held += a
+        elif self.draft_source == "pool" and self.pool is not None:
+            self.pool.held.record(k, a)
         new = self.drafts[:a] + [tok[a]]
         # Every draft held: the block's predictions, made after them. One failed: the branch's, made
         # right after the pending tokens, for the positions past the new final ones.
@@ -274,16 +276,16 @@ class Sequence:
             return
         pooled = self._pooled(nxt)
         if pooled is not nxt:
-            odds = pass_plan.hold_odds("pool", len(pooled))
+            odds = self.pool.held.odds(len(pooled))
         cut = next((i + 1 for i, t in enumerate(pooled) if t in self.eos_ids), len(pooled))
-        self._set_drafts(pooled[: min(cut, self.remaining() - 1)], odds, from_block=pooled is nxt)
+        self._set_drafts(pooled[: min(cut, self.remaining() - 1)], odds, "block" if pooled is nxt else "pool")
 
     def propose(self, tokens: list[int]) -> None:
         """verify: the next pass's drafts from a source that knows better than the pool and the
         block (a tool call's guide: the skeleton it expects, a value as the caller said it)."""
         if self.verifying and not self.done and tokens:
             kept = list(tokens[: max(min(DRAFT_TOKENS, self.remaining() - 1), 0)])
-            self._set_drafts(kept, pass_plan.hold_odds("guide", len(kept)))
+            self._set_drafts(kept, pass_plan.hold_odds("guide", len(kept)), "guide")
 
     def _pooled(self, block: list[int]) -> list[int]:
         """The next pass's drafts: what followed the last tokens before (the pool), where the match
@@ -382,7 +384,7 @@ class Sequence:
         self.steps_in_block = 0
         if self.pool is not None and self.generated:  # after forced text: what followed it before
             pooled = self._pooled([])[: max(self.remaining() - 1, 0)]
-            self._set_drafts(pooled, pass_plan.hold_odds("pool", len(pooled)))
+            self._set_drafts(pooled, self.pool.held.odds(len(pooled)), "pool")
 
     def _needs_block_in_input(self) -> bool:
         # With token shift, position 0 of the block is predicted by the clean token before it, so

@@ -80,3 +80,38 @@ def test_a_planned_decode_writes_what_ar_writes_in_narrower_passes(tiny_folder):
     # the block; the first pass carries the prompt under both
     assert widths["int8-fp32"][0] > 30 and widths["flat"][0] > 30
     assert sum(widths["int8-fp32"][1:]) < sum(widths["flat"][1:]) * 0.8
+
+
+def test_a_hold_rate_starts_at_its_prior_and_follows_what_held():
+    from engine.pass_plan import HoldRate
+
+    rate = HoldRate(0.5, 0.85, weight=8)
+    assert rate.odds(3) == [0.5, 0.85, 0.85] and rate.odds(0) == []
+    for _ in range(40):
+        rate.record(8, 8)  # runs of templates that hold whole
+    first, rest = rate.odds(2)
+    assert first > 0.9 and rest > 0.95
+    for _ in range(200):
+        rate.record(8, 0)  # chit-chat: the first draft fails
+    assert rate.odds(1)[0] < 0.2
+    assert rate.odds(2)[1] == rest  # no draft after the first was reached: the rest's odds stay
+
+
+def test_the_pool_learns_how_often_its_drafts_hold_from_the_sequences_that_check_them():
+    from engine.drafts import NgramDrafts
+    from tests.test_engine_units import MASK, _verifying
+
+    pool = NgramDrafts()
+    pool.observe([1, 2, 3, 4, 5, 6, 7, 8])
+    before = pool.held.odds(1)[0]
+    s = _verifying(pending=[1, 2], pool=pool, context=[9, 1, 2])
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    s.accept([3, MASK, MASK, MASK], [1.0, 0.1, 0.1, 0.1], 0.0)
+    assert s.drafts == [4, 5, 6, 7, 8] and s.draft_source == "pool"
+    assert s.draft_odds == pool.held.odds(5)
+    s.begin_step()
+    s.after_forward(torch.zeros(10))
+    s.accept([4, 5, 6, 7, 8, 9] + [0] * 8, [1.0] * 14, 0.0)  # every pool draft held
+    assert s.generated == [3, 4, 5, 6, 7, 8, 9]
+    assert pool.held.odds(1)[0] > before
