@@ -13,6 +13,7 @@ its own admission and fault policy; eval and the teacher over a batch of prompts
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -170,7 +171,10 @@ class DecodeLoop:
             return
         for s in seqs:
             s.begin_step()
-        inputs = [s.step_input(lean=len(seqs) > 1, cost=self.runner.pass_cost) for s in seqs]
+        cost = self.runner.pass_cost
+        if cost is not None and len(seqs) > 1:  # every row is padded to the widest: the pass costs rows x width
+            cost = dataclasses.replace(cost, rows=len(seqs))
+        inputs = [s.step_input(lean=len(seqs) > 1, cost=cost) for s in seqs]
         fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]
         logits = None
         if fwd:

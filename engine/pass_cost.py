@@ -37,9 +37,11 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
 
 @dataclass(frozen=True)
 class PassCost:
-    """cost(width): a pass over `width` new tokens, in units of a 1-token pass."""
+    """cost(width): a pass over `width` new tokens a row, in units of a 1-token pass of one row.
+    A batched pass pads its `rows` rows to the widest, so its linears see rows x width tokens."""
 
     kernel: str
+    rows: int = 1
 
     def __post_init__(self) -> None:
         if self.kernel not in CURVES:
@@ -47,7 +49,7 @@ class PassCost:
 
     def __call__(self, width: int) -> float:
         pts = CURVES[self.kernel]
-        w = max(1, width)
+        w = max(1, width) * max(1, self.rows)
         i = bisect_left([p[0] for p in pts], w)
         if i < len(pts) and pts[i][0] == w:
             return pts[i][1]

@@ -153,10 +153,11 @@ class Sequence:
     def step_input(self, lean: bool = False, cost: Callable[[int], float] | None = None) -> StepInput:
         """This pass's input. `lean` (a pass over several rows, padded to the widest): verify drafts
         at most a block's worth and carries no branch, so that no row widens the whole batch.
-        `cost` (verify, one row): the pass's cost by width (engine/pass_cost.py), by which the drafts,
-        the block and the branch are sized (engine/pass_plan.py); without it all of them go in."""
-        if self.verifying and cost is not None and not lean and self.block:
-            return self._planned_input(cost)
+        `cost` (verify): the pass's cost by width (engine/pass_cost.py, for the rows of the pass), by
+        which the drafts, the block and (one row only) the branch are sized (engine/pass_plan.py);
+        without it all of them go in, or in a batch a block's worth of drafts."""
+        if self.verifying and cost is not None and self.block:
+            return self._planned_input(cost, branch=not lean)
         if lean and self.verifying:
             self._keep_drafts(max(len(self.block) - 1, 0))
         with_block = self._needs_block_in_input()
@@ -169,7 +170,7 @@ class Sequence:
         return StepInput(self.pending + self.drafts + block + branch, len(self.pending), len(block), window,
                          len(self.drafts), len(branch))
 
-    def _planned_input(self, cost: Callable[[int], float]) -> StepInput:
+    def _planned_input(self, cost: Callable[[int], float], branch: bool) -> StepInput:
         rate = ((self.block_drafts_held + pass_plan.BLOCK_PRIOR_ODDS * pass_plan.BLOCK_PRIOR_WEIGHT)
                 / (self.block_drafts_reached + pass_plan.BLOCK_PRIOR_WEIGHT))
         odds = self.draft_odds + [rate] * (len(self.drafts) - len(self.draft_odds))  # drafts set by hand
@@ -177,7 +178,7 @@ class Sequence:
         self._keep_drafts(layout.drafts)
         self.pass_block = layout.block
         block = [self.mask_id] * layout.block
-        branch = block if layout.branch else []
+        branch = block if layout.branch and branch else []
         return StepInput(self.pending + self.drafts + block + branch, len(self.pending), len(block), 0,
                          len(self.drafts), len(branch))
 

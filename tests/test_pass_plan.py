@@ -24,6 +24,8 @@ def test_a_cost_curve_interpolates_between_its_widths_and_extrapolates_past_the_
         assert all(PassCost(name)(w + 1) >= PassCost(name)(w) for w in range(1, 80)), name
     with pytest.raises(ValueError, match="no pass-cost curve"):
         PassCost("int4")
+    # a batched pass pads every row to the widest: 8 rows of 2 tokens cost what one row of 16 does
+    assert PassCost("fp32", rows=8)(2) == c(16)
 
 
 def test_each_runner_gets_the_curve_of_its_kernels():
@@ -115,3 +117,17 @@ def test_the_pool_learns_how_often_its_drafts_hold_from_the_sequences_that_check
     s.accept([4, 5, 6, 7, 8, 9] + [0] * 8, [1.0] * 14, 0.0)  # every pool draft held
     assert s.generated == [3, 4, 5, 6, 7, 8, 9]
     assert pool.held.odds(1)[0] > before
+
+
+def test_in_a_batch_each_row_is_planned_for_the_whole_pass_and_carries_no_branch():
+    from tests.test_engine_units import _verifying
+
+    s = _verifying(pending=[5])
+    s.drafts = [1, 2, 3]
+    s.draft_odds = [0.45, 0.36, 0.54]
+    alone = s.step_input(cost=PassCost("flat"))
+    assert (alone.n_draft, alone.n_block, alone.n_branch) == (3, 4, 4)
+    batched = s.step_input(lean=True, cost=PassCost("int8-fp32", rows=8))
+    # 8 rows: every extra token a row costs 8 in the pass, so these unsure drafts are not worth it
+    assert batched.n_branch == 0 and batched.n_draft + batched.n_block < 3
+    assert s.pass_block == batched.n_block and s.reads(batched) == batched.n_draft + max(batched.n_block, 1)
