@@ -166,7 +166,8 @@ class DecodeLoop:
     def step(self, only: list[Request] | None = None) -> None:
         """One batched forward over every active row (or those in `only`), then commit by confidence.
         If the forward raises, no sequence has changed but for its step's `new_final`."""
-        seqs = [r.state for r in (self.rows if only is None else only) if not r.state.done]
+        reqs = [r for r in (self.rows if only is None else only) if not r.state.done]
+        seqs = [r.state for r in reqs]
         if not seqs:
             return
         for s in seqs:
@@ -174,7 +175,11 @@ class DecodeLoop:
         cost = self.runner.pass_cost
         if cost is not None and len(seqs) > 1:  # every row is padded to the widest: the pass costs rows x width
             cost = dataclasses.replace(cost, rows=len(seqs))
-        inputs = [s.step_input(lean=len(seqs) > 1, cost=cost) for s in seqs]
+        # Inside a tool call every pass keeps the whole layout: a call's few passes are what the caller
+        # waits on, and there the branch saves whole passes that the planner's one-pass view misses
+        # (a named cancel on the default model at int8: 3 passes so, 5 planned; tests/test_tool_guide.py).
+        inputs = [s.step_input(lean=len(seqs) > 1, cost=None if r.guide is not None else cost)
+                  for r, s in zip(reqs, seqs, strict=True)]
         fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]
         logits = None
         if fwd:
