@@ -35,6 +35,9 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
+_WIDTHS = {name: [w for w, _ in pts] for name, pts in CURVES.items()}  # for bisect, per call of a pass
+
+
 @dataclass(frozen=True)
 class PassCost:
     """cost(width): a pass over `width` new tokens a row, in units of a 1-token pass of one row.
@@ -50,7 +53,7 @@ class PassCost:
     def __call__(self, width: int) -> float:
         pts = CURVES[self.kernel]
         w = max(1, width) * max(1, self.rows)
-        i = bisect_left([p[0] for p in pts], w)
+        i = bisect_left(_WIDTHS[self.kernel], w)
         if i < len(pts) and pts[i][0] == w:
             return pts[i][1]
         (w0, c0), (w1, c1) = (pts[i - 1], pts[i]) if i < len(pts) else (pts[-2], pts[-1])

@@ -35,7 +35,7 @@ BRANCH_FREE = 1.1
 FREE_MASK = 1.02
 POOL_ODDS = (0.5, 0.85)  # (the first draft, each one after)
 GUIDE_ODDS = (0.85, 0.95)
-# A sequence's block drafts start with these odds (pseudo-counts of a prior), then move with what held.
+# A sequence's block drafts start with these odds, worth this many drafts, then move with what held.
 BLOCK_PRIOR_ODDS = 0.5
 BLOCK_PRIOR_WEIGHT = 4.0
 
@@ -44,16 +44,21 @@ def block_odds(confidence: float) -> float:
     return min(0.95, 0.9 * confidence)
 
 
+def run_odds(first: float, rest: float, n: int) -> list[float]:
+    """The odds of a run of `n` drafts: the first, then each one after one that held."""
+    return [first] + [rest] * max(n - 1, 0) if n else []
+
+
 def hold_odds(source: str, n: int) -> list[float]:
     """The prior odds of `n` drafts from the pool or the guide ("pool" | "guide")."""
-    first, rest = POOL_ODDS if source == "pool" else GUIDE_ODDS
-    return [first] + [rest] * max(n - 1, 0) if n else []
+    return run_odds(*(POOL_ODDS if source == "pool" else GUIDE_ODDS), n)
 
 
 class HoldRate:
     """How often a source's drafts have held: the first of a run, and each one after one that held,
     starting from prior odds worth `weight` drafts. The pool keeps one for all calls (engine/drafts.py):
-    its drafts hold far more often in `low`'s repeated notes than in open chit-chat."""
+    its drafts hold far more often in `low`'s repeated notes than in open chit-chat. A sequence keeps
+    one for its block's own drafts (`rate`: every draft checked, first or not)."""
 
     def __init__(self, first: float, rest: float, weight: float = 8.0) -> None:
         self._counts = [first * weight, weight, rest * weight, weight]  # held, seen: first; held, seen: rest
@@ -73,7 +78,13 @@ class HoldRate:
     def odds(self, n: int) -> list[float]:
         with self._lock:
             first, rest = self._counts[0] / self._counts[1], self._counts[2] / self._counts[3]
-        return [first] + [rest] * max(n - 1, 0) if n else []
+        return run_odds(first, rest, n)
+
+    def rate(self) -> float:
+        """The share of all the drafts checked that held."""
+        with self._lock:
+            c = self._counts
+            return (c[0] + c[2]) / (c[1] + c[3])
 
 
 def expected_tokens(odds: list[float], k: int) -> float:
@@ -115,4 +126,5 @@ def plan(n_pending: int, odds: list[float], max_block: int, block_rate: float,
     return PassLayout(keep, block, branch)
 
 
-__all__ = ["BRANCH_FREE", "FREE_MASK", "HoldRate", "PassLayout", "block_odds", "expected_tokens", "hold_odds", "plan"]
+__all__ = ["BRANCH_FREE", "FREE_MASK", "HoldRate", "PassLayout", "block_odds", "expected_tokens", "hold_odds", "plan",
+           "run_odds"]

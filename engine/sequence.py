@@ -93,8 +93,9 @@ class Sequence:
         self.drafts: list[int] = []
         self.draft_odds: list[float] = []  # each draft's odds of holding, given the ones before held (pass_plan)
         self.draft_source = ""  # where they came from: "block" (its own predictions), "pool" or "guide"
-        self.block_drafts_reached = 0  # the block's drafts checked with every draft before them held ...
-        self.block_drafts_held = 0  # ... and how many of those held: the odds the planner sizes blocks by
+        # How often the block's own drafts have held in this sequence: the odds the planner sizes blocks by.
+        self.block_held = pass_plan.HoldRate(pass_plan.BLOCK_PRIOR_ODDS, pass_plan.BLOCK_PRIOR_ODDS,
+                                             weight=pass_plan.BLOCK_PRIOR_WEIGHT / 2)
         self.pass_block = 0  # masks in the last pass's block (accept reads their predictions)
         self.pool: NgramDrafts | None = None  # where drafts come from beside the block (start)
         self.context: list[int] = []  # the prompt's last tokens, for the pool's keys
@@ -171,8 +172,7 @@ class Sequence:
                          len(self.drafts), len(branch))
 
     def _planned_input(self, cost: Callable[[int], float], branch: bool) -> StepInput:
-        rate = ((self.block_drafts_held + pass_plan.BLOCK_PRIOR_ODDS * pass_plan.BLOCK_PRIOR_WEIGHT)
-                / (self.block_drafts_reached + pass_plan.BLOCK_PRIOR_WEIGHT))
+        rate = self.block_held.rate()
         odds = self.draft_odds + [rate] * (len(self.drafts) - len(self.draft_odds))  # drafts set by hand
         layout = pass_plan.plan(len(self.pending), odds, len(self.block), rate, cost)
         self._keep_drafts(layout.drafts)
@@ -242,8 +242,7 @@ class Sequence:
         self.drafts_proposed += k
         self.drafts_accepted += a
         if self.draft_source == "block":
-            self.block_drafts_reached += min(a + 1, k)
-            self.block_drafts_held += a
+            self.block_held.record(k, a)
         elif self.draft_source == "pool" and self.pool is not None:
             self.pool.held.record(k, a)
         new = self.drafts[:a] + [tok[a]]

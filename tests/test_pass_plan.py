@@ -131,3 +131,14 @@ def test_in_a_batch_each_row_is_planned_for_the_whole_pass_and_carries_no_branch
     # 8 rows: every extra token a row costs 8 in the pass, so these unsure drafts are not worth it
     assert batched.n_branch == 0 and batched.n_draft + batched.n_block < 3
     assert s.pass_block == batched.n_block and s.reads(batched) == batched.n_draft + max(batched.n_block, 1)
+
+
+def test_a_hold_rate_counts_every_checked_draft_in_its_overall_rate():
+    from engine.pass_plan import HoldRate
+
+    rate = HoldRate(0.5, 0.5, weight=2)  # a prior of 0.5 worth 4 drafts, split between first and rest
+    assert rate.rate() == 0.5
+    rate.record(3, 1)  # 3 drafts: the first held, the second did not (the third was never reached)
+    assert rate.rate() == (2 + 1) / (4 + 2)
+    rate.record(2, 2)
+    assert rate.rate() == (3 + 2) / (6 + 2)
