@@ -58,13 +58,12 @@ class RemoteBrain(Brain):
     def client(self) -> Any:
         """The call's AsyncOpenAI client, opened on first use (and again after `aclose`)."""
         if self._client is None or self._client.is_closed():
-            import httpx
-            from openai import AsyncOpenAI
+            from openai import AsyncOpenAI, Timeout  # the SDK's own Timeout: its HTTP library is not httpx
 
             self._client = AsyncOpenAI(
                 base_url=self.base_url, api_key=self._api_key,
                 max_retries=0,  # a caller is waiting: fail this turn now rather than back off and retry
-                timeout=httpx.Timeout(self._timeout_s, connect=min(CONNECT_TIMEOUT_S, self._timeout_s)))
+                timeout=Timeout(self._timeout_s, connect=min(CONNECT_TIMEOUT_S, self._timeout_s)))
         return self._client
 
     @property
