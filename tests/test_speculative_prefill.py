@@ -7,7 +7,7 @@ import asyncio
 import datetime as dt
 
 import pytest
-from pipecat.frames.frames import LLMContextFrame, TranscriptionFrame
+from pipecat.frames.frames import ErrorFrame, LLMContextFrame, TranscriptionFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
@@ -57,11 +57,15 @@ async def test_an_early_pass_is_a_guess_and_the_transcript_repeating_it_starts_n
     llm = EngineLLMService(base_engine, system_instruction=SCENARIO.system_prompt_for(dt.date(2026, 11, 30)),
                            reasoning_effort="instant", max_tokens=8)
     ctx = LLMContext(messages=[], tools=tools_schema(SCENARIO.tools))
-    early_then_final = [*heard("I'd like a cleaning"), EarlyTranscriptFrame("on Tuesday."), *heard("on Tuesday.")]
-    await run_test(SpeculativePrefill(llm, ctx), frames_to_send=early_then_final)
+    ahead = SpeculativePrefill(llm, ctx)
+    _, up = await run_test(ahead, frames_to_send=[*heard("I'd like a cleaning"), EarlyTranscriptFrame("on Tuesday.")])
     await settle(llm)
-    # the first segment's transcript, then the second segment's early pass; its transcript is the same words
-    assert llm.brain.speculation.started == 2
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    # the first segment's transcript, then the second segment's early pass, with both segments' words
+    assert llm.brain.speculation.started == 2 and ahead._guessed == "I'd like a cleaning on Tuesday."
+    _, up = await run_test(ahead, frames_to_send=heard("on Tuesday."))
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    assert llm.brain.speculation.started == 2  # its transcript is the same words: nothing new starts
 
     ctx.add_message({"role": "user", "content": "I'd like a cleaning on Tuesday."})
     await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])

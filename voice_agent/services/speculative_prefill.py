@@ -36,7 +36,9 @@ class SpeculativePrefill(FrameProcessor):
         if n != self._messages_seen:
             self._parts, self._messages_seen, self._guessed = [], n, None
         if isinstance(frame, EarlyTranscriptFrame):
-            return concatenate_aggregated_text([*self._parts, TextPartForConcatenation(frame.text)])
+            # joined as its segment's TranscriptionFrame will be (Pipecat's STT frames carry no spaces)
+            early = TextPartForConcatenation(frame.text, includes_inter_part_spaces=False)
+            return concatenate_aggregated_text([*self._parts, early])
         self._parts.append(TextPartForConcatenation(frame.text, includes_inter_part_spaces=frame.includes_inter_frame_spaces))
         return concatenate_aggregated_text(self._parts)
 
