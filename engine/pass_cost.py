@@ -34,8 +34,14 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # instead of that flat one, in one process, 2 rounds each: instant 34.7 vs 32.5 tok/s, low 66.8 vs 67.2.
     "bf16": ((1, 1.0), (2, 1.01), (3, 1.06), (4, 1.1), (6, 1.2), (8, 1.27), (12, 1.38), (16, 1.54), (24, 1.85),
              (32, 2.04), (48, 2.88)),
-    # w8a8 (quantized.linear_dynamic): flat to 2 rows, then a step (the Xeon above).
-    "w8a8": ((1, 1.0), (2, 1.0), (4, 1.85), (8, 2.25), (16, 2.3), (32, 3.1)),
+    # w8a8 without native bf16: int8 x int8 (quantized.linear_dynamic) up to 3 rows, flat to 2 rows,
+    # then a step (the Xeon above, measured with plain fp32 `nn.Linear` above 3 rows; the packed fp32
+    # copy that replaced it is not slower).
+    "w8a8-fp32": ((1, 1.0), (2, 1.0), (4, 1.85), (8, 2.25), (16, 2.3), (32, 3.1)),
+    # w8a8 with native bf16: int8 x int8 up to 4 rows, then the packed bf16 copy (engine/quant.py).
+    # AMD EPYC with AVX512-BF16, 2026-12-05, the quietest of 3 rounds: 17.2 ms at 1 token.
+    "w8a8-bf16": ((1, 1.0), (2, 1.02), (3, 1.05), (4, 1.06), (5, 1.53), (6, 1.53), (8, 1.7), (12, 1.91),
+                  (16, 2.13), (24, 2.58), (32, 3.09), (48, 4.21)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),
 }
@@ -70,9 +76,9 @@ def curve_for(device_type: str, precision: str | None, native_bf16: bool) -> str
     """The curve of a runner: its device, precision name and whether the CPU multiplies bf16 natively."""
     if device_type != "cpu":
         return "flat"
-    if precision == "int8":
-        return "int8-bf16" if native_bf16 else "int8-fp32"
-    if precision in ("bf16", "w8a8"):
+    if precision in ("int8", "w8a8"):
+        return f"{precision}-bf16" if native_bf16 else f"{precision}-fp32"
+    if precision == "bf16":
         return precision
     return "fp32"
 

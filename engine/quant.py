@@ -128,39 +128,75 @@ class Int8Linear(nn.Module):
                 f"kernel {str(self.kernel_dtype).replace('torch.', '')}")
 
 
+# W8A8 passes up to this many rows run int8 x int8; wider ones the packed de-quantised copy. Measured
+# on an AMD EPYC with AVX512-BF16, 2 threads, SmolLM2-135M, 480-token cache, whole pass in ms by new
+# tokens, int8 x int8 up to 8 rows: 1 / 2 / 4 / 6 / 8: 16.4 / 17.0 / 18.3 / 20.3 / 28.0 (a step at 8
+# rows), against the packed bf16 copy's 25.6 at 4 and 29-30 at 8. Decoding at instant, with the pass
+# cost curve of each cutoff (engine/pass_cost.py), one process, 2 rounds: int8 x int8 up to 4 rows
+# 69.0 tok/s, up to 6 rows 62.3, int8 weights alone (`Int8Linear`) 51.8.
+# Without native bf16 the cutoff stays where it was measured (3 rows: the Xeon of engine/pass_cost.py).
+W8A8_DENSE_ABOVE_ROWS = 4
+W8A8_DENSE_ABOVE_ROWS_FP32 = 3
+
+
+def w8a8_dense_above() -> int:
+    return W8A8_DENSE_ABOVE_ROWS if native_bf16_flags() else W8A8_DENSE_ABOVE_ROWS_FP32
+
+
 class W8A8Linear(nn.Module):
     """y = dynamic_int8(x) @ Q.T * s + b: the same per-channel int8 weights as Int8Linear, packed
     for PyTorch's quantized CPU kernels, with the input quantised per call (uint8, one scale).
 
+    Only narrow passes (up to `dense_above` rows: the verify passes of a decode) run int8 x int8.
+    Wider ones (a prefill, a wide verify pass) multiply the de-quantised weight in oneDNN's blocked
+    layout, in bf16 where the CPU multiplies it natively and fp32 elsewhere: one activation scale
+    over many tokens would let a single outlier token (SmolLM2 has some) flatten all the others.
+
     Measured without AVX512 (SmolLM2-135M, 480-token cache, 1 thread, a busy machine), ms per pass
     by new tokens, fp32 / W8A8: 1: 116 / 54, 2: 176 / 61, 4: 176 / 66, 8: 203 / 89, 32: 427 / 242."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dense_above: int = DENSE_ABOVE_ROWS) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dense_above: int | None = None,
+                 dense_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         w = weight.detach().float()
         scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
         q = torch.quantize_per_channel(w, scales.double(), torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
         self.in_features, self.out_features = w.shape[1], w.shape[0]
-        self.dense_above = dense_above
+        self.dense_above = w8a8_dense_above() if dense_above is None else dense_above
         self.weight_bytes = w.numel() + scales.numel() * 4 + (0 if bias is None else bias.numel() * 4)
         self._packed = torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
-        # Wide passes (a prefill) multiply by the de-quantised weight: one activation scale over
-        # many tokens lets a single outlier token (SmolLM2 has some) flatten all the others.
-        self.register_buffer("dense_weight", (q.dequantize()).contiguous(), persistent=False)
+        self.dense_dtype = dense_dtype or (torch.bfloat16 if native_bf16_flags() else torch.float32)
+        dense = q.dequantize().to(self.dense_dtype).contiguous()
+        self._dense_packed = None  # opaque MKLDNN tensor (see Int8Linear)
+        if torch.backends.mkldnn.is_available():
+            self._dense_packed = torch.ops.mkldnn._reorder_linear_weight(dense, None)
+            dense = None
+        self.register_buffer("dense_weight", dense, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.in_features).float().contiguous()
         if x2.shape[0] > self.dense_above:
-            y = torch.nn.functional.linear(x2, self.dense_weight, self.bias)
+            xd = x2.to(self.dense_dtype)
+            if self._dense_packed is not None:
+                y = torch.ops.mkldnn._linear_pointwise(xd, self._dense_packed, None, "none", [], "").float()
+            else:
+                y = torch.nn.functional.linear(xd, self.dense_weight).float()
+            if self.bias is not None:
+                y = y + self.bias
         else:
             # reduce_range: 7-bit activations, so the AVX2 u8 x s8 pair sums cannot saturate int16
             y = torch.ops.quantized.linear_dynamic(x2, self._packed, True)
         return y.view(*shape[:-1], self.out_features).to(x.dtype)
 
+    def dequantized(self) -> torch.Tensor:
+        """The int8 weights times their scales, fp32: what both paths multiply by."""
+        return torch.ops.quantized.linear_unpack(self._packed)[0].dequantize()
+
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights and activations"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights and activations "
+                f"up to {self.dense_above} rows, {str(self.dense_dtype).replace('torch.', '')} above")
 
 
 def _stacked(lins: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -230,4 +266,4 @@ def linear_bytes(model: nn.Module) -> int:
 
 
 __all__ = ["INT8_TOLERANCE", "Int8Linear", "Int8Tolerance", "W8A8Linear", "linear_bytes", "quantize_int8",
-           "quantize_w8a8", "replace_linears"]
+           "quantize_w8a8", "replace_linears", "w8a8_dense_above"]

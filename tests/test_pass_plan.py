@@ -31,6 +31,9 @@ def test_a_cost_curve_interpolates_between_its_widths_and_extrapolates_past_the_
 def test_each_runner_gets_the_curve_of_its_kernels():
     assert curve_for("cpu", "int8", native_bf16=False) == "int8-fp32"
     assert curve_for("cpu", "int8", native_bf16=True) == "int8-bf16"
+    assert curve_for("cpu", "w8a8", native_bf16=True) == "w8a8-bf16"
+    assert curve_for("cpu", "w8a8", native_bf16=False) == "w8a8-fp32"
+    assert curve_for("cpu", "bf16", native_bf16=True) == "bf16"
     assert curve_for("cpu", "fp32", native_bf16=True) == "fp32"
     assert curve_for("cpu", None, native_bf16=False) == "fp32"
     assert curve_for("cuda", "bf16", native_bf16=False) == "flat"

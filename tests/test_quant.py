@@ -112,20 +112,24 @@ def test_w8a8_replaces_every_linear_and_decodes_a_session(tiny_folder):
     assert r2.metrics["completion_tokens"] > 0 and r2.metrics["cached_tokens"] > 0
 
 
-def test_w8a8_quantises_narrow_inputs_and_multiplies_wide_ones_by_the_dense_weight():
+@pytest.mark.parametrize("dense_dtype", [torch.float32, torch.bfloat16])
+def test_w8a8_quantises_narrow_inputs_and_multiplies_wide_ones_by_the_dense_weight(dense_dtype):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 96, bias=True).requires_grad_(False)
-    q = W8A8Linear(lin.weight, lin.bias, dense_above=4)
-    w = q.dense_weight
+    q = W8A8Linear(lin.weight, lin.bias, dense_above=4, dense_dtype=dense_dtype)
+    w = q.dequantized()
     assert float((w - lin.weight).abs().max()) <= float(lin.weight.abs().max()) / 254 + 1e-7
     for rows in (1, 3, 4):  # the int8 x int8 kernel: the input is rounded to 7 bits per call
         x = torch.randn(rows, 64)
         ref = x @ w.T + lin.bias
         err = float((q(x) - ref).abs().max())
         assert 0 < err < 0.05 * float(ref.abs().max())
-    for rows in (5, 32):  # a prefill: the de-quantised weight, fp32 activations
+    for rows in (5, 32):  # a prefill: the de-quantised weight, unrounded inputs (bf16: rounded to 8 bits)
         x = torch.randn(rows, 64)
-        assert torch.allclose(q(x), x @ w.T + lin.bias, atol=1e-5)
+        ref = x @ w.T + lin.bias
+        tol = 1e-5 if dense_dtype == torch.float32 else 0.02 * float(ref.abs().max())
+        assert float((q(x) - ref).abs().max()) <= tol
+        assert q(x).dtype == torch.float32
     assert q(torch.randn(64)).shape == (96,)
 
 
