@@ -84,7 +84,7 @@ class Engine:
         its family's reference sampler at its documented greedy settings, exactly
         (engine/reference.py); the default "engine" is our block decoder with efforts and guards.
 
-        `precision` ("fp32" | "bf16" | "int8" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
+        `precision` ("fp32" | "bf16" | "int8" | "w8a8" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
         then auto (engine/precision.py). `device` (default: the CPU) is where the weights, the KV
         caches and every tensor of a pass live (engine/runner.py)."""
         if decoding not in ("engine", "reference"):

@@ -1,22 +1,23 @@
 """The engine's numeric precision: one switch, one rule for `auto`, and what bf16 is allowed to differ by.
 
-    VOICE_AGENT_PRECISION=fp32|bf16|int8|auto     (or Engine.load(..., precision="fp32"), `--precision` on commands)
+    VOICE_AGENT_PRECISION=fp32|bf16|int8|w8a8|auto     (or Engine.load(..., precision="fp32"), `--precision` on commands)
 
 `auto` picks bf16 only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere a bf16
 matmul of more than one token is several times slower than fp32 (measured without AVX512: 8 tokens
 190 vs 140 ms), so fp32 it is. For the embedded default model (`Engine.load("default")`), `auto` on
-such a CPU picks int8 instead: its quality was checked there (MODEL_CARD.md: simulated calls as good
-as bf16 or better) and its passes take ~60% of bf16's. The explicit argument wins over the variable,
-the variable over auto.
+such a CPU picks w8a8 instead: its quality was checked there (README: the 60 held-out simulated
+calls, `engine.eval` against fp32, as good as int8) and its narrow passes take ~90% of int8's and
+~45% of bf16's. The explicit argument wins over the variable, the variable over auto.
 
 `int8` is weight-only int8 (engine/quant.py: per-channel symmetric int8 linears and LM head, PyTorch's
 `torch._weight_int8pack_mm`); its activations, norms, attention and KV cache run in `int8_activation_dtype()`:
-bf16 where the CPU multiplies it natively, fp32 elsewhere. Besides the default model's `auto` on a native-bf16
-CPU, it is opt-in (a checkpoint's int8 quality is not known), and what it promises is
-`engine.quant.INT8_TOLERANCE`.
+bf16 where the CPU multiplies it natively, fp32 elsewhere. It is opt-in (a checkpoint's int8 quality
+is not known), and what it promises is `engine.quant.INT8_TOLERANCE`.
 
-`w8a8` is those int8 weights with int8 activations too (each linear's input quantised per pass,
-PyTorch's quantized CPU kernels); norms, attention and the KV cache stay fp32. Also opt-in.
+`w8a8` is those int8 weights with int8 activations on narrow passes (each linear's input quantised
+per pass, PyTorch's quantized CPU kernels); wide passes multiply the de-quantised weights, and the
+norms, attention and KV cache run in `int8_activation_dtype()` as int8's do. Opt-in, but for the
+default model's `auto` on a native-bf16 CPU.
 
 fp32 on CPU multiplies with oneDNN-prepacked weights (engine/packed.py): a 2-8 token pass then costs
 about what a 1-token pass does, where MKL's sgemm costs twice as much. `VOICE_AGENT_FP32_LINEARS=dense`
@@ -118,7 +119,7 @@ def fp32_linears() -> str:
 
 def resolve_precision(choice: str | torch.dtype | None = None, *, int8_checked: bool = False) -> Precision:
     """The precision to load with: `choice` if given, else $VOICE_AGENT_PRECISION, else auto.
-    `int8_checked`: the model's int8 quality is known (the embedded default), so auto may pick it."""
+    `int8_checked`: the model's int8 (w8a8) quality is known (the embedded default), so auto may pick it."""
     if isinstance(choice, torch.dtype):
         for name, dt in _DTYPES.items():
             if dt == choice:
@@ -132,7 +133,9 @@ def resolve_precision(choice: str | torch.dtype | None = None, *, int8_checked: 
     if name is None:
         raise PrecisionError(f"precision must be one of {', '.join(PRECISIONS)}; got {choice!r}")
     if name == "w8a8":
-        return Precision("w8a8", torch.float32, f"{source}; int8 weights, int8 activations per pass, fp32 elsewhere")
+        act = int8_activation_dtype()
+        return Precision("w8a8", act, f"{source}; int8 weights, int8 activations on narrow passes, "
+                         f"{str(act).replace('torch.', '')} elsewhere")
     if name == "int8":
         act = int8_activation_dtype()
         return Precision("int8", act, f"{source}; int8 weights, {str(act).replace('torch.', '')} activations")
@@ -140,8 +143,9 @@ def resolve_precision(choice: str | torch.dtype | None = None, *, int8_checked: 
         return Precision(name, _DTYPES[name], source)
     flags = native_bf16_flags()
     if flags and int8_checked:
-        return Precision("int8", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls) and "
-                         "the default model's int8 quality is checked: int8 weights, bf16 activations")
+        return Precision("w8a8", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls) and "
+                         "the default model's w8a8 quality is checked: int8 weights, int8 activations on narrow "
+                         "passes, bf16 elsewhere")
     if flags:
         return Precision("bf16", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls)")
     return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")

@@ -22,6 +22,7 @@ random weights; the quality check on the trained brain is separate, see the READ
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -145,7 +146,8 @@ def w8a8_dense_above() -> int:
 
 class W8A8Linear(nn.Module):
     """y = dynamic_int8(x) @ Q.T * s + b: the same per-channel int8 weights as Int8Linear, packed
-    for PyTorch's quantized CPU kernels, with the input quantised per call (uint8, one scale).
+    for PyTorch's quantized CPU kernels, with the input quantised per call (uint8, one scale). The
+    output comes back in the input's dtype (the model's activations: bf16 or fp32).
 
     Only narrow passes (up to `dense_above` rows: the verify passes of a decode) run int8 x int8.
     Wider ones (a prefill, a wide verify pass) multiply the de-quantised weight in oneDNN's blocked
@@ -160,7 +162,12 @@ class W8A8Linear(nn.Module):
         super().__init__()
         w = weight.detach().float()
         scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-        q = torch.quantize_per_channel(w, scales.double(), torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        with warnings.catch_warnings():
+            # torch 2.13 (pinned) marks quantized tensors deprecated; they work there, and the
+            # warning would print on every default-model load on a native-bf16 CPU.
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation.*deprecated", category=UserWarning)
+            q = torch.quantize_per_channel(w, scales.double(), torch.zeros(w.shape[0], dtype=torch.long), 0,
+                                           torch.qint8)
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         self.dense_above = w8a8_dense_above() if dense_above is None else dense_above
         self.weight_bytes = w.numel() + scales.numel() * 4 + (0 if bias is None else bias.numel() * 4)
@@ -176,19 +183,20 @@ class W8A8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        x2 = x.reshape(-1, self.in_features).float().contiguous()
+        x2 = x.reshape(-1, self.in_features)
         if x2.shape[0] > self.dense_above:
-            xd = x2.to(self.dense_dtype)
+            xd = x2.to(self.dense_dtype).contiguous()
             if self._dense_packed is not None:
-                y = torch.ops.mkldnn._linear_pointwise(xd, self._dense_packed, None, "none", [], "").float()
+                y = torch.ops.mkldnn._linear_pointwise(xd, self._dense_packed, None, "none", [], "")
             else:
-                y = torch.nn.functional.linear(xd, self.dense_weight).float()
+                y = torch.nn.functional.linear(xd, self.dense_weight)
+            y = y.to(x.dtype)
             if self.bias is not None:
-                y = y + self.bias
+                y = y + self.bias.to(x.dtype)
         else:
             # reduce_range: 7-bit activations, so the AVX2 u8 x s8 pair sums cannot saturate int16
-            y = torch.ops.quantized.linear_dynamic(x2, self._packed, True)
-        return y.view(*shape[:-1], self.out_features).to(x.dtype)
+            y = torch.ops.quantized.linear_dynamic(x2.float().contiguous(), self._packed, True).to(x.dtype)
+        return y.view(*shape[:-1], self.out_features)
 
     def dequantized(self) -> torch.Tensor:
         """The int8 weights times their scales, fp32: what both paths multiply by."""

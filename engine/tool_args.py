@@ -13,9 +13,8 @@ import os
 EFFORT_CHOICES = ["instant", "low", "medium", "high"]  # engine/effort.py EFFORTS (a test keeps them equal)
 PRECISION_CHOICES = ["auto", "fp32", "bf16", "int8", "w8a8", "float32", "bfloat16"]  # engine/precision.py
 PRECISION_HELP = ("weights and activations (default: $VOICE_AGENT_PRECISION, else auto: on CPUs with "
-                  "AMX/AVX512-BF16 int8 weights with bf16 activations for the embedded default model and bf16 "
-                  "for a model folder; fp32 on other CPUs. int8 = weight-only int8 linears; w8a8 = int8 "
-                  "activations too)")
+                  "AMX/AVX512-BF16 w8a8 for the embedded default model and bf16 for a model folder; fp32 on "
+                  "other CPUs. int8 = weight-only int8 linears; w8a8 = int8 activations too on narrow passes)")
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
