@@ -61,16 +61,24 @@ def test_short_window_encodes_a_fraction_of_the_30s_window(call_lines, whisper_t
 
 
 def test_without_the_zero_tail_the_decoder_loops_and_the_stop_rules_catch_it(call_lines, whisper_tiny):
-    """The reason for the tail: on the bare utterance the decoder runs on past the end of speech.
-    The stop rules flag it, and the 30 s window transcribes that segment instead."""
+    """The reason for the tail: on a bare utterance the decoder runs on past the end of speech.
+    The stop rules flag it, and the 30 s window transcribes that segment instead. Which line loops
+    depends on the CPU's int8 kernels (measured: "Do you have anything in the morning?" on an Intel
+    Xeon without AVX512-BF16, "Ten in the morning works, ..." on an AMD EPYC with it), so every line
+    that loops is checked, and at least one must."""
     bare = ShortWindow(pad_frames=0)
-    line = next(u for u in call_lines if u.text == "Do you have anything in the morning?")
-    r = transcribe_short(whisper_tiny, line.audio, window=bare)
-    assert r.stop in ("repeat", "cap"), r
-    assert word_errors(line.text, r.text)[0] > 0  # what a 'repeat' stop saves the caller from
-    t = transcribe_detailed(whisper_tiny, line.audio, window="short", short_window=bare)
-    assert (t.window, t.fallback) == ("30s", r.stop)
-    assert word_errors(line.text, t.text)[0] == 0
+    looped = 0
+    for line in call_lines:
+        r = transcribe_short(whisper_tiny, line.audio, window=bare)
+        if r.stop == "eot":
+            continue
+        looped += 1
+        assert r.stop in ("repeat", "cap"), r
+        assert word_errors(line.text, r.text)[0] > 0  # what a 'repeat' stop saves the caller from
+        t = transcribe_detailed(whisper_tiny, line.audio, window="short", short_window=bare)
+        assert (t.window, t.fallback) == ("30s", r.stop)
+        assert word_errors(line.text, t.text)[0] == 0
+    assert looped >= 1
 
 
 def test_the_token_cap_stops_a_runaway_decoder(call_lines, whisper_tiny):
