@@ -8,7 +8,9 @@
 import os
 
 # OpenMP's busy-wait collapses throughput 10x when cores are shared (measured: prefill 7.3 s vs
-# 0.37 s on 2 busy cores); passive waiting costs nothing measurable on an idle machine.
+# 0.37 s on 2 busy cores). Passive waiting costs a wake-up per parallel op instead (a 1-token pass
+# on 2 idle threads: 17 ms against 10 ms spinning), so narrow passes run on one thread
+# (engine/pass_threads.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["Engine", "Session", "ChatResult", "StreamEvent", "EngineError", "EngineInputError", "EFFORTS"]

@@ -35,6 +35,7 @@ import torch
 from engine.api import Engine
 from engine.drafts import NgramDrafts
 from engine.effort import EFFORTS
+from engine.pass_threads import threads_for
 from engine.peer_llamacpp import llamacpp_available, llamacpp_decode
 from engine.precision import PRECISIONS
 from engine.quant import linear_bytes
@@ -150,8 +151,9 @@ def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
     t = x.shape[1]
     mask, _ = cache.mask(intra, t)
     slots = cache.slots_for(t).to(cache.device)
-    h = eng.model.hidden(x.to(cache.device), slots, mask, cache, slots)
-    eng.model.lm_head(h[0]).float()
+    with threads_for(x.numel(), eng.runner.serial_up_to):  # as the runner runs it (engine/pass_threads.py)
+        h = eng.model.hidden(x.to(cache.device), slots, mask, cache, slots)
+        eng.model.lm_head(h[0]).float()
 
 
 @torch.inference_mode()

@@ -26,6 +26,7 @@ from engine import sampler
 from engine.drafts import KEY_LENGTHS
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask  # noqa: F401 - re-exported (tests, callers of old)
+from engine.pass_threads import threads_for
 from engine.prefix_cache import PrefixCache
 from engine.results import ChatResult, StreamEvent
 from engine.runner import StepPlan
@@ -181,20 +182,24 @@ class DecodeLoop:
         inputs = [s.step_input(lean=len(seqs) > 1, cost=None if r.guide is not None else cost)
                   for r, s in zip(reqs, seqs, strict=True)]
         fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]
-        logits = None
-        if fwd:
-            self._plan = self.runner.plan(self.cache, fwd, self.family, reuse=self._plan)
-            logits = self.runner.forward(self._plan, fwd)
-        commits = _Commits(logits)
-        for s, inp in zip(seqs, inputs, strict=True):
-            off = None
-            if inp.tokens:
-                off = self._plan.offsets[s.row]
-                nxt = logits[off[0] + inp.n_pending - 1 - off[1]] if inp.n_pending else None
-                self.cache.advance(s.row, inp.n_pending)
-                s.after_forward(nxt)
-            commits.add(s, inp, off)
-        commits.apply()
+        # A narrow pass and its commit run on one thread (engine/pass_threads.py): the commit's ops on
+        # [positions, vocab] logits would wake the other threads as the pass's ops would.
+        width = len(fwd) * max((len(inp.tokens) for _, inp in fwd), default=0)
+        with threads_for(width, self.runner.serial_up_to):
+            logits = None
+            if fwd:
+                self._plan = self.runner.plan(self.cache, fwd, self.family, reuse=self._plan)
+                logits = self.runner.forward(self._plan, fwd)
+            commits = _Commits(logits)
+            for s, inp in zip(seqs, inputs, strict=True):
+                off = None
+                if inp.tokens:
+                    off = self._plan.offsets[s.row]
+                    nxt = logits[off[0] + inp.n_pending - 1 - off[1]] if inp.n_pending else None
+                    self.cache.advance(s.row, inp.n_pending)
+                    s.after_forward(nxt)
+                commits.add(s, inp, off)
+            commits.apply()
 
     # -- the end of a request -----------------------------------------------------------------------
     def absorb(self, req: Request) -> list[StreamEvent]:

@@ -18,6 +18,7 @@ from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask, read_positions, with_branch
 from engine.model import Transformer
 from engine.pass_cost import PassCost, curve_for
+from engine.pass_threads import serial_up_to, threads_for
 from engine.precision import Precision, PrecisionError, fp32_linears, native_bf16_flags
 from engine.sequence import StepInput
 
@@ -76,6 +77,9 @@ class ModelRunner:
         self.pass_cost = PassCost(curve_for(self.device.type, precision.name if precision else None,
                                             bool(native_bf16_flags())))
         self.info["pass_cost_curve"] = self.pass_cost.kernel
+        # A narrow pass runs on one thread: waking the others costs more than they give (engine/pass_threads.py).
+        self.serial_up_to = serial_up_to(self.device.type, precision.name if precision else None)
+        self.info["serial_pass_tokens"] = self.serial_up_to
 
     @property
     def dtype(self) -> torch.dtype:
@@ -114,7 +118,8 @@ class ModelRunner:
         mask, _ = view.mask(intra[0] if len(rows) == 1 else intra, t)
         slots = view.slots_for(t).to(self.device)
         pos = slots.clamp(max=model.cfg.max_seq_len - 1)
-        h = model.hidden(x.to(self.device), pos, mask, view, slots)
+        with threads_for(x.numel(), self.serial_up_to):
+            h = model.hidden(x.to(self.device), pos, mask, view, slots)
         out = []
         for i, (row, toks) in enumerate(rows):
             cache.advance(row, len(toks))
@@ -170,8 +175,9 @@ class ModelRunner:
         tokens = {r: inp.tokens for r, inp in rows}
         x = torch.tensor([tokens.get(r, []) + [0] * (plan.t - len(tokens.get(r, [])))
                           for r in range(plan.lo, plan.hi)], dtype=torch.long)
-        h = self.model.hidden(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots)
-        return self.model.lm_head(h.reshape(-1, h.shape[-1])[plan.flat]).float()
+        with threads_for(x.numel(), self.serial_up_to):
+            h = self.model.hidden(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots)
+            return self.model.lm_head(h.reshape(-1, h.shape[-1])[plan.flat]).float()
 
 
 __all__ = ["ModelRunner", "StepPlan"]

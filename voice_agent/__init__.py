@@ -1,7 +1,4 @@
 """The voice agent: a Pipecat cascade around the in-process diffusion engine."""
 
-import os
-
-# OpenMP's busy-wait collapses throughput 10x when cores are shared (measured: prefill 7.3 s vs
-# 0.37 s on 2 busy cores); passive waiting costs nothing measurable on an idle machine.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP's wait policy has one home, engine/__init__.py; importing it sets the policy before torch loads.
+import engine  # noqa: F401

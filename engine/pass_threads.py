@@ -1,0 +1,54 @@
+"""How many threads a pass runs on: one for a narrow pass on a CPU, all of them for a wide one.
+
+The engine's OpenMP threads wait passively (engine/__init__.py: spinning ones collapse throughput
+when the cores are shared). Then every parallel op of a pass wakes the other threads, and a pass is
+some 3,000 small ops: on an AMD EPYC with AVX512-BF16, 2 threads, idle, a 1-token w8a8 pass took
+17.4 ms against 11.8 ms on one thread (spinning threads: 10.1 ms, but 38-87 ms with one other busy
+process on the machine, where one thread kept 12.3). A wide pass has enough work per op to pay for
+the wake-ups. Measured there, ms per pass over a 480-token cache by new tokens, one thread / two
+(medians of 2-3 rounds, one process, switching the count per pass):
+
+| precision | 1 | 4 | 8 | 12 | 16 | 32 |
+| --- | --- | --- | --- | --- | --- | --- |
+| w8a8 | 11.8 / 17.4 | 14.4 / 18.9 | 23.7 / 24.4 | 28.0 / 28.5 | 31.6 / 31.4 | 47.3 / 38.2 |
+| int8 | 14.9 / 16.0 | 18.4 / 21.7 | 23.1 / 24.9 | | 30.5 / 28.2 | 48.0 / 38.3 |
+| bf16 | 27.5 / 32.6 | 28.7 / 34.0 | 33.5 / 34.5 | | 41.7 / 35.9 | 58.2 / 48.4 |
+| fp32 (packed) | 23.5 / 26.7 | 26.4 / 26.7 | 32.9 / 29.8 | | 43.6 / 34.1 | 71.2 / 51.1 |
+
+So a pass of at most `SERIAL_UP_TO[precision]` tokens (rows x width: the linears' rows) runs on one
+thread. Each row's numbers do not depend on the thread count: the kernels split output columns and
+heads across threads, not the sums. Not measured on a CPU without AVX512-BF16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+SERIAL_UP_TO = {"w8a8": 12, "int8": 8, "bf16": 8, "fp32": 2}
+
+
+def serial_up_to(device_type: str, precision: str | None) -> int:
+    """The widest pass (in tokens) that runs on one thread; 0: none does (a GPU, or unknown precision)."""
+    if device_type != "cpu" or precision is None:
+        return 0
+    return SERIAL_UP_TO.get(precision, 0)
+
+
+@contextmanager
+def threads_for(tokens: int, limit: int) -> Iterator[None]:
+    """Run the body on one thread when `tokens` <= `limit` and more are configured; restore after."""
+    n = torch.get_num_threads()
+    if n <= 1 or tokens > limit:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+__all__ = ["SERIAL_UP_TO", "serial_up_to", "threads_for"]

@@ -1,0 +1,66 @@
+"""A narrow pass runs on one thread (engine/pass_threads.py), and that changes no number."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.pass_threads import SERIAL_UP_TO, serial_up_to, threads_for
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_narrow_pass_runs_on_one_thread_and_the_count_comes_back(two_threads):
+    with threads_for(4, 8):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
+    with threads_for(9, 8):
+        assert torch.get_num_threads() == 2
+    with pytest.raises(RuntimeError), threads_for(1, 8):
+        raise RuntimeError("a pass failed")
+    assert torch.get_num_threads() == 2
+
+
+def test_one_configured_thread_stays_one():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threads_for(1, 8):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_only_a_cpu_with_a_known_precision_runs_serial():
+    assert serial_up_to("cpu", "w8a8") == SERIAL_UP_TO["w8a8"] > 0
+    assert serial_up_to("cuda", "bf16") == 0
+    assert serial_up_to("cpu", None) == 0
+
+
+@pytest.mark.parametrize("width", [1, 5, 40])
+def test_a_pass_gives_the_same_logits_on_one_thread_and_two(default_engine, two_threads, width):
+    eng = default_engine
+    m = eng.model
+    x = torch.randint(0, m.cfg.vocab_size, (1, width), generator=torch.Generator().manual_seed(width))
+    prefix = torch.randint(0, m.cfg.vocab_size, (1, 200), generator=torch.Generator().manual_seed(0))
+    out = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        with torch.inference_mode():
+            cache = eng.new_cache(capacity=256)
+            ones = torch.ones(200, 200, dtype=torch.bool).tril()
+            mask, _ = cache.mask(ones, 200)
+            slots = cache.slots_for(200)
+            m.hidden(prefix, slots, mask, cache, slots)
+            cache.advance(0, 200)
+            mask, _ = cache.mask(torch.ones(width, width, dtype=torch.bool), width)
+            slots = cache.slots_for(width)
+            out.append(m.lm_head(m.hidden(x, slots, mask, cache, slots)[0]).float())
+    assert torch.equal(out[0], out[1]), (out[0] - out[1]).abs().max()
