@@ -44,6 +44,11 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # 6 / 8 / 12 / 16 / 32 tokens (medians of 3 rounds). Planning with that curve decoded slower than with
     # this flatter one (one process, 2 rounds: instant 62.8 vs 68.1 tok/s, low 120.0 vs 121.6), as the
     # int8 one above did: the planner undervalues width, so the planning curve is the flatter one.
+    # With narrow passes on one thread (engine/pass_threads.py, 2026-12-06, same CPU kind): 12.5 ms at
+    # 1 token, then 1.09 / 1.15 / 1.2 / 1.84 / 2.03 / 2.07 / 2.35 / 2.83 / 3.45 at 2 / 3 / 4 / 5 / 6 / 8 / 12 /
+    # 16 / 32 tokens. Planned with that, with this one and with one half as steep (one process, 3
+    # rounds, 48 tokens): instant 86.8 / 84.5 / 77.9 tok/s, low 160 / 168 / 178: no clear winner, so
+    # this one stays.
     "w8a8-bf16": ((1, 1.0), (2, 1.04), (4, 1.1), (6, 1.55), (8, 1.75), (12, 1.9), (16, 2.2), (32, 3.4)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),
