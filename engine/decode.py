@@ -26,7 +26,6 @@ from engine import sampler
 from engine.drafts import KEY_LENGTHS
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask  # noqa: F401 - re-exported (tests, callers of old)
-from engine.pass_threads import threads_for
 from engine.prefix_cache import PrefixCache
 from engine.results import ChatResult, StreamEvent
 from engine.runner import StepPlan
@@ -182,10 +181,9 @@ class DecodeLoop:
         inputs = [s.step_input(lean=len(seqs) > 1, cost=None if r.guide is not None else cost)
                   for r, s in zip(reqs, seqs, strict=True)]
         fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]
-        # A narrow pass and its commit run on one thread (engine/pass_threads.py): the commit's ops on
-        # [positions, vocab] logits would wake the other threads as the pass's ops would.
-        width = len(fwd) * max((len(inp.tokens) for _, inp in fwd), default=0)
-        with threads_for(width, self.runner.serial_up_to):
+        # A narrow pass, its layout and its commit run on one thread (engine/pass_threads.py): the
+        # layout's and the commit's small ops would wake the other threads as the pass's ops would.
+        with self.runner.threads(fwd):
             logits = None
             if fwd:
                 self._plan = self.runner.plan(self.cache, fwd, self.family, reuse=self._plan)

@@ -9,6 +9,7 @@ layout holds: within a block, every denoising pass after the first has the same 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -74,11 +75,11 @@ class ModelRunner:
                 self.info["packed_linears"] = pack_fp32(self.model)
         self.info["linear_kernel"] = _linear_kernel(precision, "packed_linears" in self.info)
         # What a pass costs by its width with these kernels: how wide a verify pass is worth (engine/pass_plan.py).
-        self.pass_cost = PassCost(curve_for(self.device.type, precision.name if precision else None,
-                                            bool(native_bf16_flags())))
+        name = precision.name if precision else None
+        self.pass_cost = PassCost(curve_for(self.device.type, name, bool(native_bf16_flags())))
         self.info["pass_cost_curve"] = self.pass_cost.kernel
         # A narrow pass runs on one thread: waking the others costs more than they give (engine/pass_threads.py).
-        self.serial_up_to = serial_up_to(self.device.type, precision.name if precision else None)
+        self.serial_up_to = serial_up_to(self.device.type, name)
         self.info["serial_pass_tokens"] = self.serial_up_to
 
     @property
@@ -127,14 +128,23 @@ class ModelRunner:
         return out
 
     # -- a decoding pass --------------------------------------------------------------------------
+    @staticmethod
+    def _span(rows: list[tuple[int, StepInput]]) -> tuple[int, int, int]:
+        """A pass over `rows` covers cache rows lo..hi-1, each padded to `t` tokens."""
+        return (min(r for r, _ in rows), max(r for r, _ in rows) + 1, max(len(inp.tokens) for _, inp in rows))
+
+    def threads(self, rows: list[tuple[int, StepInput]]) -> AbstractContextManager[None]:
+        """The thread count for a pass over `rows` and the work on its logits: one thread where its
+        linears see few tokens (engine/pass_threads.py)."""
+        lo, hi, t = self._span(rows) if rows else (0, 0, 0)
+        return threads_for((hi - lo) * t, self.serial_up_to)
+
     @torch.inference_mode()
     def plan(self, cache: KVCache, rows: list[tuple[int, StepInput]], family: Family,
              reuse: StepPlan | None = None) -> StepPlan:
         """The layout tensors of a pass over `rows` ((cache row, input), in the order their logits
         come back); `reuse` is returned as it is when the layout has not changed."""
-        lo = min(r for r, _ in rows)
-        hi = max(r for r, _ in rows) + 1
-        t = max(len(inp.tokens) for _, inp in rows)
+        lo, hi, t = self._span(rows)
         cache.ensure(int(cache.lengths[lo:hi].max()) + t)  # grow the parent before taking views
         key = (family, lo, hi, t, tuple(cache.lengths[lo:hi].tolist()),
                tuple((r, len(inp.tokens), inp.n_block, inp.window, inp.n_draft, inp.n_branch) for r, inp in rows))
@@ -171,13 +181,13 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, plan: StepPlan, rows: list[tuple[int, StepInput]]) -> torch.Tensor:
-        """One forward over the plan's rows; the logits [N, V] at the read positions, row after row."""
+        """One forward over the plan's rows; the logits [N, V] at the read positions, row after row.
+        Its caller picks the thread count (`threads`), so that the work on the logits runs on the same."""
         tokens = {r: inp.tokens for r, inp in rows}
         x = torch.tensor([tokens.get(r, []) + [0] * (plan.t - len(tokens.get(r, [])))
                           for r in range(plan.lo, plan.hi)], dtype=torch.long)
-        with threads_for(x.numel(), self.serial_up_to):
-            h = self.model.hidden(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots)
-            return self.model.lm_head(h.reshape(-1, h.shape[-1])[plan.flat]).float()
+        h = self.model.hidden(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots)
+        return self.model.lm_head(h.reshape(-1, h.shape[-1])[plan.flat]).float()
 
 
 __all__ = ["ModelRunner", "StepPlan"]

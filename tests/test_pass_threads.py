@@ -64,3 +64,24 @@ def test_a_pass_gives_the_same_logits_on_one_thread_and_two(default_engine, two_
             slots = cache.slots_for(width)
             out.append(m.lm_head(m.hidden(x, slots, mask, cache, slots)[0]).float())
     assert torch.equal(out[0], out[1]), (out[0] - out[1]).abs().max()
+
+
+def test_a_pass_counts_the_rows_it_spans_padding_included(default_engine, two_threads):
+    """The linears of a pass over rows 0 and k see k + 1 padded rows, not 2."""
+    from engine.sequence import StepInput
+
+    runner = default_engine.runner
+    limit = runner.serial_up_to
+    assert limit >= 2  # the default model on a CPU: 2 (fp32) to 12 (w8a8)
+
+    def one(row: int) -> tuple[int, StepInput]:
+        return row, StepInput([1], 1, 0, 0)
+
+    def threads(rows) -> int:
+        with runner.threads(rows):
+            return torch.get_num_threads()
+
+    assert threads([]) == 1
+    assert threads([one(0), one(limit - 1)]) == 1  # limit rows of one token
+    assert threads([one(0), one(limit)]) == 2  # two inputs, but limit + 1 rows
+    assert torch.get_num_threads() == 2
