@@ -16,8 +16,11 @@ the wake-ups. Measured there, ms per pass over a 480-token cache by new tokens, 
 | fp32 (packed) | 23.5 / 26.7 | 26.4 / 26.7 | 32.9 / 29.8 | | 43.6 / 34.1 | 71.2 / 51.1 |
 
 So a pass of at most `SERIAL_UP_TO[precision]` tokens (rows x width: the linears' rows) runs on one
-thread. Each row's numbers do not depend on the thread count: the kernels split output columns and
-heads across threads, not the sums. Not measured on a CPU without AVX512-BF16.
+thread. In bf16, int8 and w8a8 its logits are bit-identical on one thread and two at every width
+measured (1 to 40 tokens over a 200-token cache; tests/test_pass_threads.py). fp32 is left out: a
+1-token fp32 pass rounds differently on one thread (logits 2.9e-5 apart), and fp32 is the precision
+whose decodes are promised token for token; its gain would be small (1 token 23.5 vs 26.7 ms, 4 a
+tie). Not measured on a CPU without AVX512-BF16.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from contextlib import contextmanager
 
 import torch
 
-SERIAL_UP_TO = {"w8a8": 12, "int8": 8, "bf16": 8, "fp32": 2}
+SERIAL_UP_TO = {"w8a8": 12, "int8": 8, "bf16": 8}
 
 
 def serial_up_to(device_type: str, precision: str | None) -> int:
-    """The widest pass (in tokens) that runs on one thread; 0: none does (a GPU, or unknown precision)."""
+    """The widest pass (in tokens) that runs on one thread; 0: none does (a GPU, fp32, or no precision)."""
     if device_type != "cpu" or precision is None:
         return 0
     return SERIAL_UP_TO.get(precision, 0)

@@ -38,41 +38,59 @@ def test_one_configured_thread_stays_one():
         torch.set_num_threads(before)
 
 
-def test_only_a_cpu_with_a_known_precision_runs_serial():
+def test_only_a_cpu_with_a_rounding_free_precision_runs_serial():
     assert serial_up_to("cpu", "w8a8") == SERIAL_UP_TO["w8a8"] > 0
+    assert serial_up_to("cpu", "fp32") == 0  # fp32 decodes are promised token for token: all threads
     assert serial_up_to("cuda", "bf16") == 0
     assert serial_up_to("cpu", None) == 0
 
 
-@pytest.mark.parametrize("width", [1, 5, 40])
-def test_a_pass_gives_the_same_logits_on_one_thread_and_two(default_engine, two_threads, width):
-    eng = default_engine
+@pytest.fixture(scope="module")
+def engine_at():
+    """The default model at a precision, loaded once for this module (leaving the thread count be)."""
+    from engine import Engine
+
+    loaded: dict = {}
+
+    def load(precision: str):
+        if precision not in loaded:
+            loaded[precision] = Engine.load("default", precision=precision)
+        return loaded[precision]
+
+    yield load
+    loaded.clear()
+
+
+@pytest.mark.parametrize("precision", sorted(SERIAL_UP_TO))
+def test_a_pass_gives_the_same_logits_on_one_thread_and_two(engine_at, precision, two_threads):
+    """What lets a precision run narrow passes on one thread: no logit moves, at any width."""
+    eng = engine_at(precision)
     m = eng.model
-    x = torch.randint(0, m.cfg.vocab_size, (1, width), generator=torch.Generator().manual_seed(width))
     prefix = torch.randint(0, m.cfg.vocab_size, (1, 200), generator=torch.Generator().manual_seed(0))
-    out = []
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        with torch.inference_mode():
-            cache = eng.new_cache(capacity=256)
-            ones = torch.ones(200, 200, dtype=torch.bool).tril()
-            mask, _ = cache.mask(ones, 200)
-            slots = cache.slots_for(200)
-            m.hidden(prefix, slots, mask, cache, slots)
-            cache.advance(0, 200)
-            mask, _ = cache.mask(torch.ones(width, width, dtype=torch.bool), width)
-            slots = cache.slots_for(width)
-            out.append(m.lm_head(m.hidden(x, slots, mask, cache, slots)[0]).float())
-    assert torch.equal(out[0], out[1]), (out[0] - out[1]).abs().max()
+    for width in (1, 5, 40):
+        x = torch.randint(0, m.cfg.vocab_size, (1, width), generator=torch.Generator().manual_seed(width))
+        out = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                cache = eng.new_cache(capacity=256)
+                mask, _ = cache.mask(torch.ones(200, 200, dtype=torch.bool).tril(), 200)
+                slots = cache.slots_for(200)
+                m.hidden(prefix, slots, mask, cache, slots)
+                cache.advance(0, 200)
+                mask, _ = cache.mask(torch.ones(width, width, dtype=torch.bool), width)
+                slots = cache.slots_for(width)
+                out.append(m.lm_head(m.hidden(x, slots, mask, cache, slots)[0]).float())
+        assert torch.equal(out[0], out[1]), (width, (out[0] - out[1]).abs().max())
 
 
-def test_a_pass_counts_the_rows_it_spans_padding_included(default_engine, two_threads):
+def test_a_pass_counts_the_rows_it_spans_padding_included(engine_at, two_threads):
     """The linears of a pass over rows 0 and k see k + 1 padded rows, not 2."""
     from engine.sequence import StepInput
 
-    runner = default_engine.runner
+    runner = engine_at("w8a8").runner
     limit = runner.serial_up_to
-    assert limit >= 2  # the default model on a CPU: 2 (fp32) to 12 (w8a8)
+    assert limit == SERIAL_UP_TO["w8a8"]
 
     def one(row: int) -> tuple[int, StepInput]:
         return row, StepInput([1], 1, 0, 0)
