@@ -48,7 +48,11 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # 1 token, then 1.09 / 1.15 / 1.2 / 1.84 / 2.03 / 2.07 / 2.35 / 2.83 / 3.45 at 2 / 3 / 4 / 5 / 6 / 8 / 12 /
     # 16 / 32 tokens. Planned with that, with this one and with one half as steep (one process, 3
     # rounds, 48 tokens): instant 86.8 / 84.5 / 77.9 tok/s, low 160 / 168 / 178: no clear winner, so
-    # this one stays.
+    # this one stays. With the int8 kernel up to 8 rows (engine/quant.py, 2026-12-06) a pass measured
+    # 1.08 / 1.15 / 1.19 / 1.42 / 1.47 / 1.57 / 2.21 / 2.36 at 2 / 3 / 4 / 5 / 6 / 8 / 10 / 12 tokens; planned
+    # with this curve, with that one and with a flatter one (6: 1.3, 8: 1.4) (one process, 3 rounds, 48
+    # tokens, medians): instant 90.9 / 89.3 / 83.0 tok/s, low 134.3 / 130.9 / 140.2: again no clear
+    # winner, so this one stays.
     "w8a8-bf16": ((1, 1.0), (2, 1.04), (4, 1.1), (6, 1.55), (8, 1.75), (12, 1.9), (16, 2.2), (32, 3.4)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),

@@ -20,7 +20,10 @@ thread. In bf16, int8 and w8a8 its logits are bit-identical on one thread and tw
 measured (1 to 40 tokens over a 200-token cache; tests/test_pass_threads.py). fp32 is left out: a
 1-token fp32 pass rounds differently on one thread (logits 2.9e-5 apart), and fp32 is the precision
 whose decodes are promised token for token; its gain would be small (1 token 23.5 vs 26.7 ms, 4 a
-tie). Not measured on a CPU without AVX512-BF16.
+tie). Not measured on a CPU without AVX512-BF16. Waking the others for the LM head alone (a fifth
+of a pass's weights in one kernel call) saved 0.2-0.4 ms back to back, but nothing in whole passes
+(2026-12-06, medians of 3 rounds, ms at 1 / 4 / 8 tokens: 12.35 / 14.77 / 19.08 on one thread, 12.49 /
+14.58 / 19.17 so), so a narrow pass stays on one thread throughout.
 """
 
 from __future__ import annotations

@@ -134,9 +134,17 @@ class Int8Linear(nn.Module):
 # tokens, int8 x int8 up to 8 rows: 1 / 2 / 4 / 6 / 8: 16.4 / 17.0 / 18.3 / 20.3 / 28.0 (a step at 8
 # rows), against the packed bf16 copy's 25.6 at 4 and 29-30 at 8. Decoding at instant, with the pass
 # cost curve of each cutoff (engine/pass_cost.py), one process, 2 rounds: int8 x int8 up to 4 rows
-# 69.0 tok/s, up to 6 rows 62.3, int8 weights alone (`Int8Linear`) 51.8.
-# Without native bf16 the cutoff stays where it was measured (3 rows: the Xeon of engine/pass_cost.py).
-W8A8_DENSE_ABOVE_ROWS = 4
+# 69.0 tok/s, up to 6 rows 62.3, int8 weights alone (`Int8Linear`) 51.8; so the cutoff was 4 rows.
+# Since narrow passes run on one thread (engine/pass_threads.py, up to 12 tokens for w8a8), the int8
+# kernel no longer steps at 8 rows: the same CPU kind, 2026-12-06, fastest of 2 rounds, cutoff 4 / 8 /
+# 12 rows, ms at 4 / 5 / 6 / 8 / 10 / 12 tokens: 14.7 / 22.4 / 22.8 / 24.9 / 27.3 / 28.9, 14.5 / 17.3 /
+# 17.9 / 19.1 / 26.9 / 28.6, 14.4 / 17.3 / 18.0 / 19.3 / 23.4 / 24.7. Decoding (one process, 3 rounds,
+# 48 tokens, medians): instant 81.6 / 90.9 / 90.0 tok/s; `low` 143.5 / 134.3 / 123.8, where the
+# replies themselves changed (one activation scale now spans more rows), `low`'s to ones whose
+# thinking repeats less (3.6 -> 3.3 / 2.6 tokens a pass). Quality against fp32 (`engine.eval --batch 1
+# --limit 40 --effort instant`): ROUGE-L 0.850 / 0.839 / 0.839, the same tool behaviour on 20 / 19 /
+# 19 of 22 tool turns. 8 rows: the 5-8 token verify passes of `instant` cost 17-19 ms instead of 22-25.
+W8A8_DENSE_ABOVE_ROWS = 8
 W8A8_DENSE_ABOVE_ROWS_FP32 = 3
 
 
