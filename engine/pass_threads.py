@@ -33,7 +33,11 @@ from contextlib import contextmanager
 
 import torch
 
-SERIAL_UP_TO = {"w8a8": 12, "int8": 8, "bf16": 8}
+# w8a8 was 12 while its passes above 4 rows multiplied the packed bf16 copy. With the int8 kernel up
+# to 8 rows (engine/quant.py), 2026-12-06, same CPU kind, medians of 3 rounds, ms at 5 / 6 / 8 / 10 /
+# 12 tokens, one thread up to 12 / up to 4: 17.4 / 18.0 / 19.4 / 27.2 / 29.0 against 24.5 / 20.8 / 21.0
+# / 25.9 / 26.6: one thread while the int8 kernel runs, all threads for the packed copy.
+SERIAL_UP_TO = {"w8a8": 8, "int8": 8, "bf16": 8}
 
 
 def serial_up_to(device_type: str, precision: str | None) -> int:

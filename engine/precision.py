@@ -105,7 +105,15 @@ def int8_activation_dtype() -> torch.dtype:
     Either way the int8 kernel itself is fed bf16 (engine/quant.py: its fp32 path is scalar without
     AVX512). Measured on a 2-core EPYC without AVX512 (SmolLM2-135M, 480-token cache, 1 thread, a
     busy machine): bf16 activations were no faster on 1-8 token passes and made a 300-token prefill
-    8x slower (22.6 vs 2.8 s: bf16 dense matmuls are emulated there), so fp32 it is."""
+    8x slower (22.6 vs 2.8 s: bf16 dense matmuls are emulated there), so fp32 it is.
+
+    With native bf16, w8a8 with fp32 activations was tried (AMD EPYC with AVX512-BF16, 2026-12-06, 2
+    threads): narrow passes 4-10% faster (ms at 1 / 5 / 8 tokens: 11.8 / 16.0 / 17.1 against 12.2 / 17.8 /
+    19.3), wide ones slower (32 tokens: 42.9 against 38.9); decoding the bench turns faster (instant 89.0
+    against 84.6 tok/s, `low` 170.7 against 154.0, over replies that changed), but on the 120 held-out
+    simulated calls (two sets) the same task success (236 of 240 each) and a later first word (TTFAT
+    p50 at instant 126 / 134 against 124 / 131 ms, at `low` 352 / 371 against 320 / 363): a turn's first
+    pass carries its new prompt, and that wide pass got slower. So bf16 stays."""
     return torch.bfloat16 if native_bf16_flags() else torch.float32
 
 
