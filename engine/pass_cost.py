@@ -38,7 +38,7 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # then a step (the Xeon above, measured with plain fp32 `nn.Linear` above 3 rows; the packed fp32
     # copy that replaced it is not slower).
     "w8a8-fp32": ((1, 1.0), (2, 1.0), (4, 1.85), (8, 2.25), (16, 2.3), (32, 3.1)),
-    # w8a8 with native bf16: int8 x int8 up to 4 rows, then the packed bf16 copy (engine/quant.py),
+    # w8a8 with native bf16: int8 x int8 up to 4 rows (8 since 2026-12-06), then the packed bf16 copy (engine/quant.py),
     # bf16 activations. AMD EPYC with AVX512-BF16, 2026-12-05: whole passes measured 16.0 ms at 1 token
     # and, relative to it, 1.06 / 1.12 / 1.17 / 1.54 / 1.59 / 1.77 / 2.01 / 2.34 / 3.36 at 2 / 3 / 4 / 5 /
     # 6 / 8 / 12 / 16 / 32 tokens (medians of 3 rounds). Planning with that curve decoded slower than with

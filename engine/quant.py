@@ -135,7 +135,7 @@ class Int8Linear(nn.Module):
 # rows), against the packed bf16 copy's 25.6 at 4 and 29-30 at 8. Decoding at instant, with the pass
 # cost curve of each cutoff (engine/pass_cost.py), one process, 2 rounds: int8 x int8 up to 4 rows
 # 69.0 tok/s, up to 6 rows 62.3, int8 weights alone (`Int8Linear`) 51.8; so the cutoff was 4 rows.
-# Since narrow passes run on one thread (engine/pass_threads.py, up to 12 tokens for w8a8), the int8
+# Since narrow passes run on one thread (engine/pass_threads.py; then up to 12 tokens for w8a8), the int8
 # kernel no longer steps at 8 rows: the same CPU kind, 2026-12-06, fastest of 2 rounds, cutoff 4 / 8 /
 # 12 rows, ms at 4 / 5 / 6 / 8 / 10 / 12 tokens: 14.7 / 22.4 / 22.8 / 24.9 / 27.3 / 28.9, 14.5 / 17.3 /
 # 17.9 / 19.1 / 26.9 / 28.6, 14.4 / 17.3 / 18.0 / 19.3 / 23.4 / 24.7. Decoding (one process, 3 rounds,
