@@ -51,8 +51,8 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # this one stays. With the int8 kernel up to 8 rows (engine/quant.py, 2026-12-06) a pass measured
     # 1.08 / 1.15 / 1.19 / 1.42 / 1.47 / 1.57 / 2.21 / 2.36 at 2 / 3 / 4 / 5 / 6 / 8 / 10 / 12 tokens; planned
     # with this curve, with that one and with a flatter one (6: 1.3, 8: 1.4) (one process, 3 rounds, 48
-    # tokens, medians): instant 90.9 / 89.3 / 83.0 tok/s, low 134.3 / 130.9 / 140.2: again no clear
-    # winner, so this one stays.
+    # tokens, medians): instant 90.9 / 89.3 / 83.0 tok/s, low 134.3 / 130.9 / 140.2; again, 4 rounds over
+    # 8 turns: instant 91.6 / 95.0 / 89.2, low 159.6 / 152.6 / 158.6. No clear winner, so this one stays.
     "w8a8-bf16": ((1, 1.0), (2, 1.04), (4, 1.1), (6, 1.55), (8, 1.75), (12, 1.9), (16, 2.2), (32, 3.4)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),
