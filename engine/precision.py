@@ -111,9 +111,10 @@ def int8_activation_dtype() -> torch.dtype:
     threads): narrow passes 4-10% faster (ms at 1 / 5 / 8 tokens: 11.8 / 16.0 / 17.1 against 12.2 / 17.8 /
     19.3), wide ones slower (32 tokens: 42.9 against 38.9); decoding the bench turns faster (instant 89.0
     against 84.6 tok/s, `low` 170.7 against 154.0, over replies that changed), but on the 120 held-out
-    simulated calls (two sets) the same task success (236 of 240 each) and a later first word (TTFAT
-    p50 at instant 126 / 134 against 124 / 131 ms, at `low` 352 / 371 against 320 / 363): a turn's first
-    pass carries its new prompt, and that wide pass got slower. So bf16 stays."""
+    simulated calls (two sets) the same task success (236 of 240 each) and no earlier first word (TTFAT
+    p50 at instant 126 / 134 against 124 / 131 ms; at `low` 352 / 371 against 320 / 363, over thinking
+    that changed too): a turn's first pass carries its new prompt, and that wide pass got slower. What a
+    caller hears first did not improve, so bf16 stays."""
     return torch.bfloat16 if native_bf16_flags() else torch.float32
 
 
