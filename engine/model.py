@@ -46,8 +46,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        # An fp32 copy of a low-precision weight, set where passes may carry an fp32 stream
+        # (`Transformer.fp32_stream_up_to`); None elsewhere.
+        self.register_buffer("weight_fp32", None, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_fp32 is not None and x.dtype == torch.float32:
+            # An fp32 stream feeds linears that quantise their input anyway: one op, not four.
+            return F.rms_norm(x, (x.shape[-1],), self.weight_fp32, self.eps)
         # Normalise in fp32 like the reference implementations, so bf16 matches them closely.
         # F.rms_norm is x * rsqrt(mean(x^2) + eps) bit for bit, in fewer dispatched ops.
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
@@ -66,21 +72,26 @@ def signed_sin(sin: torch.Tensor) -> torch.Tensor:
     return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, ssin: torch.Tensor,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
     """RoPE in HF's "rotate_half" convention: x * cos + rotate_half(x) * sin, where
     rotate_half(x) * sin == x.roll(D/2) * signed_sin(sin) exactly (only a sign moves), in 6 ops
-    instead of 10. x: [B, T, H, D]; cos / ssin: [B, T, 1, D]."""
+    instead of 10. x: [B, T, H, D]; cos / ssin: [B, T, 1, D]. The result is in `dtype` (default x's)."""
     xf = x.float()
-    return (xf * cos + xf.roll(x.shape[-1] // 2, -1) * ssin).to(x.dtype)
+    return (xf * cos + xf.roll(x.shape[-1] // 2, -1) * ssin).to(dtype or x.dtype)
 
 
 # A pass of at most this many new tokens folds each KV group's query heads into one run of queries
 # ([B, H, T, D] -> [B, KV, rep*T, D]) instead of SDPA's enable_gqa. The same dot products, softmaxes
 # and sums per query (bit for bit in bf16; in fp32 SDPA's lone-query path sums in another order, 1e-7
-# apart), but PyTorch's CPU flash kernel runs a 1-token query 4x slower than a 3-token one: measured on torch 2.13, bf16, 2 threads, 480-token cache,
-# SmolLM2 shapes (9 heads, 3 KV): per layer 1 token 279 -> 63 us, 2: 97 -> 65, 4: 104 -> 83,
-# 8: 139 -> 137, 32: 386 -> 404 (so wide passes keep enable_gqa).
-FOLD_GROUPS_MAX_TOKENS = 4
+# apart), but PyTorch's CPU flash kernel runs a short query run slowly: torch 2.13, 480-token cache,
+# SmolLM2 shapes (9 heads, 3 KV), AMD EPYC with AVX512-BF16, us per layer folded / enable_gqa, causal
+# mask among the new tokens (2026-12-06):
+#   bf16, 1 thread (narrow passes run on one, engine/pass_threads.py), 4 / 5 / 6 / 8 / 12 / 16 / 32
+#   tokens: 79/122, 102/150, 110/159, 130/171, 205/221, 254/270, 477/465;
+#   bf16, 2 threads: 57/73, 72/90, 78/94, 93/101, 131/129, 149/158, 271/269; fp32 alike.
+# (Earlier, 2 threads, bf16: 1 token 279 -> 63 us, 2: 97 -> 65.) So up to 8 tokens; wide passes keep enable_gqa.
+FOLD_GROUPS_MAX_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         b, t, _ = x.shape
         hd, nh, nkv = self.cfg.head_dim, self.cfg.n_heads, self.cfg.n_kv_heads
+        kv_dtype = x.dtype if cache is None else cache.dtype  # an fp32 stream still attends in the cache's dtype
         if self.qkv_proj is not None:
             qkv = self.qkv_proj(x).view(b, t, nh + 2 * nkv, hd)
             q, k, v = qkv.split([nh, nkv, nkv], dim=2)
@@ -137,12 +149,14 @@ class Attention(nn.Module):
             k = self.k_proj(x).view(b, t, nkv, hd)
             v = self.v_proj(x).view(b, t, nkv, hd)
         if self.q_norm is not None:
-            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+            q, k = apply_rope(self.q_norm(q), cos, sin, kv_dtype), apply_rope(self.k_norm(k), cos, sin, kv_dtype)
         elif self.qkv_proj is not None:
-            qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)  # q and k side by side: one rotation
+            qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin, kv_dtype)  # q and k side by side: one rotation
             q, k = qk[:, :, :nh], qk[:, :, nh:]
         else:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos, sin, kv_dtype), apply_rope(k, cos, sin, kv_dtype)
+        if v.dtype != kv_dtype:
+            v = v.to(kv_dtype)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             # Write the new K/V into their slots; `cache.lengths` only moves on commit, so a
@@ -198,6 +212,9 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        # Passes of at most this many tokens (rows x width) carry the residual stream in fp32; 0: none
+        # do. engine/quant.py sets it for w8a8, whose narrow passes quantise each linear's input.
+        self.fp32_stream_up_to = 0
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -220,6 +237,8 @@ class Transformer(nn.Module):
         slots when `cache` is given (new K/V land in `slots` [B, T]), else the T new tokens.
         """
         x = self.embed_tokens(tokens) if embeds is None else embeds
+        if x.shape[0] * x.shape[1] <= self.fp32_stream_up_to:
+            x = x.float()
         cos = self.rope_cos[positions].unsqueeze(2)
         sin = signed_sin(self.rope_sin[positions]).unsqueeze(2)
         pass_mask = PassMask.build(mask, self.cfg)

@@ -356,7 +356,7 @@ def test_folding_query_groups_gives_the_same_attention(monkeypatch):
     model = Transformer(cfg)
     init_random(model)
     torch.manual_seed(0)
-    for batch, t in ((1, 1), (1, 3), (2, 2), (2, 4)):
+    for batch, t in ((1, 1), (1, 3), (2, 2), (2, 4), (1, 8), (2, 6)):
         tokens = torch.randint(0, 64, (batch, 5 + t))
         outs = {}
         for fold_max in (0, model_mod.FOLD_GROUPS_MAX_TOKENS):

@@ -197,3 +197,59 @@ def test_tool_flags_match_the_engine_tables():
 
     assert EFFORT_CHOICES == list(EFFORTS)
     assert set(PRECISIONS) <= set(PRECISION_CHOICES)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_w8a8_narrow_passes_carry_an_fp32_stream_and_keep_the_bf16_cache(qk_norm):
+    """A bf16 model under w8a8 runs passes of at most `fp32_stream_up_to` tokens with an fp32
+    residual stream (engine/quant.py `fp32_stream`): the linears quantise their inputs from fp32
+    anyway. The cache and attention stay bf16; the logits stay within int8's tolerance of the same
+    pass in bf16; wider passes are untouched; an fp32 model has nothing to change."""
+    from engine.kv_cache import KVCache
+    from engine.model import ModelConfig, Transformer, init_random
+    from engine.quant import quantize_w8a8, w8a8_dense_above
+
+    cfg = ModelConfig(vocab_size=96, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=128,
+                      qk_norm=qk_norm, max_seq_len=64)
+    model = Transformer(cfg)
+    init_random(model, seed=3)
+    fp32_model = Transformer(cfg)
+    fp32_model.load_state_dict(model.state_dict())
+    quantize_w8a8(fp32_model)
+    assert fp32_model.fp32_stream_up_to == 0
+
+    model = model.to(torch.bfloat16)
+    quantize_w8a8(model)
+    assert model.fp32_stream_up_to == w8a8_dense_above() > 0
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 96, (1, 20))
+
+    def pass_over(t: int, stream: int) -> tuple[torch.Tensor, KVCache]:
+        model.fp32_stream_up_to = stream
+        cache = KVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, capacity=32, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            mask, _ = cache.mask(torch.ones(8, 8, dtype=torch.bool).tril(), 8)
+            slots = cache.slots_for(8)
+            model.hidden(tokens[:, :8], slots, mask, cache, slots)
+            cache.commit(8)
+            mask, _ = cache.mask(torch.ones(t, t, dtype=torch.bool).tril(), t)
+            slots = cache.slots_for(t)
+            h = model.hidden(tokens[:, 8:8 + t], slots, mask, cache, slots)
+        return h, cache
+
+    up_to = w8a8_dense_above()
+    t = min(3, up_to)
+    h32, cache32 = pass_over(t, up_to)
+    h16, cache16 = pass_over(t, 0)
+    assert h32.dtype == torch.float32 and h16.dtype == torch.bfloat16
+    assert cache32.k.dtype == torch.bfloat16
+    with torch.inference_mode():
+        l32, l16 = model.lm_head(h32).float(), model.lm_head(h16).float()
+    span = float(l16.max() - l16.min())
+    assert not torch.equal(l32, l16)  # the stream did change the arithmetic
+    assert float((l32 - l16).abs().max()) <= INT8_TOLERANCE.max_rel_logit_diff * span
+    # the new tokens' K/V went into the bf16 cache at the same slots, close to the bf16 pass's
+    k32, k16 = cache32.k[:, :, :, 8:8 + t].float(), cache16.k[:, :, :, 8:8 + t].float()
+    assert float(k32.abs().sum()) > 0 and float((k32 - k16).abs().max()) <= 0.1 * float(k16.abs().max())
+    wide, _ = pass_over(up_to + 1, up_to)  # one token wider than the stream's limit: bf16 as before
+    assert wide.dtype == torch.bfloat16
