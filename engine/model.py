@@ -140,7 +140,8 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         b, t, _ = x.shape
         hd, nh, nkv = self.cfg.head_dim, self.cfg.n_heads, self.cfg.n_kv_heads
-        kv_dtype = x.dtype if cache is None else cache.dtype  # an fp32 stream still attends in the cache's dtype
+        # An fp32 stream still attends in the cache's dtype (a training prefix cache has none: x's).
+        kv_dtype = getattr(cache, "dtype", x.dtype)
         if self.qkv_proj is not None:
             qkv = self.qkv_proj(x).view(b, t, nh + 2 * nkv, hd)
             q, k, v = qkv.split([nh, nkv, nkv], dim=2)
