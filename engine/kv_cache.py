@@ -76,6 +76,11 @@ class KVCache:
             vb.permute(0, 2, 1, 3)[rows, slots] = v.transpose(1, 2)
         return kb[:, :, :span], vb[:, :, :span]
 
+    def write_start(self) -> int:
+        """Where `write` puts a pass's new K/V, for a writer outside Python (engine/csrc/narrow_layers.cpp
+        mirrors `write`): a one-row cache's first new slot, or -1 where they go by their slots."""
+        return int(self.lengths[0]) if self.k.shape[1] == 1 else -1
+
     def mask(self, intra: torch.Tensor, t: int) -> tuple[torch.Tensor, int]:
         """Attention mask [B, 1, T, S] (on the device) for T new tokens whose mutual visibility is `intra`.
 

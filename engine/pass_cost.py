@@ -53,6 +53,9 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # with this curve, with that one and with a flatter one (6: 1.3, 8: 1.4) (one process, 3 rounds, 48
     # tokens, medians): instant 90.9 / 89.3 / 83.0 tok/s, low 134.3 / 130.9 / 140.2; again, 4 rounds over
     # 8 turns: instant 91.6 / 95.0 / 89.2, low 159.6 / 152.6 / 158.6. No clear winner, so this one stays.
+    # With the fp32 stream and query groups folded up to 8 tokens (2026-12-06, same CPU kind, medians of
+    # 3 rounds): 1.18 / 1.24 / 1.36 / 1.40 / 1.51 / 1.73 at 3 / 4 / 5 / 6 / 8 / 12 tokens (11.25 ms at 1);
+    # not A/B'd as a planning curve, so this one stays.
     "w8a8-bf16": ((1, 1.0), (2, 1.04), (4, 1.1), (6, 1.55), (8, 1.75), (12, 1.9), (16, 2.2), (32, 3.4)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),

@@ -16,7 +16,8 @@ is not known), and what it promises is `engine.quant.INT8_TOLERANCE`.
 
 `w8a8` is those int8 weights with int8 activations on narrow passes (each linear's input quantised
 per pass, PyTorch's quantized CPU kernels); wide passes multiply the de-quantised weights, and the
-norms, attention and KV cache run in `int8_activation_dtype()` as int8's do. Opt-in, but for the
+norms, attention and KV cache run in `int8_activation_dtype()` as int8's do (a narrow pass carries
+its residual stream, norms and MLP in fp32 between the int8 kernels: `engine.quant.fp32_stream`). Opt-in, but for the
 default model's `auto` on a native-bf16 CPU.
 
 fp32 on CPU multiplies with oneDNN-prepacked weights (engine/packed.py): a 2-8 token pass then costs
@@ -114,7 +115,10 @@ def int8_activation_dtype() -> torch.dtype:
     simulated calls (two sets) the same task success (236 of 240 each) and no earlier first word (TTFAT
     p50 at instant 126 / 134 against 124 / 131 ms; at `low` 352 / 371 against 320 / 363, over thinking
     that changed too): a turn's first pass carries its new prompt, and that wide pass got slower. What a
-    caller hears first did not improve, so bf16 stays."""
+    caller hears first did not improve, so bf16 stays. What was kept of it: w8a8's narrow passes alone
+    carry an fp32 stream, the cache and attention staying bf16 and wide passes as they were
+    (`engine.quant.fp32_stream`, 2026-12-06: TTFAT p50 at instant 121 / 122 against 124 / 131 ms on
+    the two sets, 236 of 240 calls as before, ROUGE-L against fp32 0.856 against 0.839)."""
     return torch.bfloat16 if native_bf16_flags() else torch.float32
 
 
