@@ -221,16 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     eng = Engine.load(a.model, precision=a.precision)
     precision = eng.info.get("precision")
     roof = roofline(eng)
-    native = eng.info.get("native_narrow_passes")
+    native = eng.info.get("native_layers")
     print(f"roofline ({precision}, linears: {eng.info.get('linear_kernel')}"
-          f"{f', native narrow passes: {native}' if native else ''}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
+          f"{f', native layers: {native}' if native else ''}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
           f"weights {roof['weight_bytes_per_pass'] / 1e6:.1f} MB/pass -> floor {roof['floor_ms_per_pass']} ms/pass; "
           f"ms per pass by tokens (cache {PASS_CACHE}), median {roof['ms_per_pass']}, fastest {roof['ms_per_pass_min']}",
           flush=True)
     if a.roofline_only:
         if a.json:
             print(json.dumps({"model": eng.model_name, "precision": precision,
-                              "linear_kernel": eng.info.get("linear_kernel"), "native_narrow_passes": native, "threads": torch.get_num_threads(),
+                              "linear_kernel": eng.info.get("linear_kernel"), "native_layers": native, "threads": torch.get_num_threads(),
                               **roof}))
         return 0
     ar = eng.variant(family="ar")
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": str(eng.model.dtype).replace("torch.", ""),
         "precision": precision,
         "linear_kernel": eng.info.get("linear_kernel"),
-        "native_narrow_passes": native,
+        "native_layers": native,
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "reasoning_effort": "low" if "low" in by_effort else efforts[0],

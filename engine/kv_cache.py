@@ -77,7 +77,7 @@ class KVCache:
         return kb[:, :, :span], vb[:, :, :span]
 
     def write_start(self) -> int:
-        """Where `write` puts a pass's new K/V, for a writer outside Python (engine/csrc/narrow_layers.cpp
+        """Where `write` puts a pass's new K/V, for a writer outside Python (engine/csrc/native_layers.cpp
         mirrors `write`): a one-row cache's first new slot, or -1 where they go by their slots."""
         return int(self.lengths[0]) if self.k.shape[1] == 1 else -1
 

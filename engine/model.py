@@ -216,7 +216,7 @@ class Transformer(nn.Module):
         # Passes of at most this many tokens (rows x width) carry the residual stream in fp32; 0: none
         # do. engine/quant.py sets it for w8a8, whose narrow passes quantise each linear's input.
         self.fp32_stream_up_to = 0
-        # Every layer of such a pass in one C++ call, bit-identical (engine/native.py); set by the runner.
+        # Every layer of a w8a8 pass over a KV cache in one C++ call, bit-identical (engine/native.py); set by the runner.
         self.native_layers = None
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -246,9 +246,9 @@ class Transformer(nn.Module):
         cos = self.rope_cos[positions].unsqueeze(2)
         sin = signed_sin(self.rope_sin[positions]).unsqueeze(2)
         pass_mask = PassMask.build(mask, self.cfg)
-        if fp32_stream and self.native_layers is not None and isinstance(cache, KVCache):
+        if self.native_layers is not None and isinstance(cache, KVCache):
             x = self.native_layers.forward(x, cos, sin, pass_mask.sdpa, cache.k, cache.v, cache.write_start(),
-                                           slots, pass_mask.span, pass_mask.fold)
+                                           slots, pass_mask.span, pass_mask.fold, fp32_stream)
         else:
             for i, layer in enumerate(self.layers):
                 x = layer(x, cos, sin, pass_mask, i, cache, slots)

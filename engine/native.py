@@ -1,17 +1,19 @@
-"""Native narrow passes: every layer of a w8a8 narrow pass in one C++ call (engine/csrc/narrow_layers.cpp).
+"""Native layers: every layer of a w8a8 pass over a KV cache in one C++ call (engine/csrc/native_layers.cpp).
 
 A narrow pass (the verify passes of a decode: 1-8 tokens) is short on arithmetic, so on a CPU its time
 goes to Python and per-op dispatch: ~25 ATen calls and 6 module calls a layer. The C++ loop makes the
 same ATen calls in the same order, so its hidden states and cache writes are bit-identical to
-engine/model.py's (tests/test_native.py), with the GIL released. Measured on an AMD EPYC with
-AVX512-BF16 (2026-12-06, the default model, 480-token cache, one thread as the runner runs these passes,
-medians of 20 passes), ms at 1 / 4 / 8 tokens: Python 20.7 / 25.1 / 28.1, native 13.4 / 16.6 / 19.8.
+engine/model.py's (tests/test_native.py), with the GIL released. Wide passes (a turn's first pass, which
+carries its new prompt, and prefills) go the same way through the packed de-quantised weights.
+Measured on an AMD EPYC with AVX512-BF16 (2026-12-06, the default model, 480-token cache, threads as the
+runner sets them, one process, `engine.bench.ms_per_pass` medians), ms at 1 / 4 / 8 / 16 / 32 tokens:
+Python 21.3 / 23.2 / 29.3 / 45.8 / 62.0, native 12.5 / 14.1 / 18.6 / 29.7 / 47.8.
 
-It serves the w8a8 path of PyTorch's quantized kernels only (the CPU default where bf16 is native), for
-models with fused q/k/v and gate/up and no q/k norm; any other pass runs the Python layers.
+It serves w8a8 models only (the CPU default where bf16 is native) with fused q/k/v and gate/up, no q/k
+norm and oneDNN-packed weights, in passes over a KV cache; any other pass runs the Python layers.
 
 The extension is compiled once, with PyTorch's own `torch.utils.cpp_extension` (g++ and ninja; setup.sh
-builds it), into `NATIVE_DIR`. Where it cannot be built the engine says so once and runs the Python
+builds it), into `native_dir()`. Where it cannot be built the engine says so once and runs the Python
 layers: the same numbers, slower. `VOICE_AGENT_NATIVE=0` turns it off (e.g. to measure the difference).
 """
 
@@ -30,9 +32,9 @@ log = logging.getLogger(__name__)
 
 NATIVE_ENV = "VOICE_AGENT_NATIVE"
 NATIVE_DIR_ENV = "VOICE_AGENT_NATIVE_DIR"
-SOURCE = Path(__file__).parent / "csrc" / "narrow_layers.cpp"
+SOURCE = Path(__file__).parent / "csrc" / "native_layers.cpp"
 # Keyed by the torch version: an extension built against another torch's headers must not load.
-EXTENSION = "voice_agent_narrow_" + re.sub(r"\W", "_", torch.__version__)
+EXTENSION = "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__)
 
 _lock = threading.Lock()
 _state: dict[str, ModuleType | str] = {}  # "module" or "error", once tried
@@ -59,7 +61,7 @@ def load_extension() -> ModuleType | None:
                                         build_directory=str(native_dir()), verbose=False)
             except Exception as e:  # no compiler, no ninja, a read-only home: the Python layers still run
                 _state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-                log.warning("native narrow passes unavailable, running the Python layers (slower): %s",
+                log.warning("native layers unavailable, running the Python layers (slower): %s",
                             _state["error"])
         mod = _state.get("module")
         return mod if isinstance(mod, ModuleType) else None
@@ -70,34 +72,37 @@ def build_error() -> str | None:
     return err if isinstance(err, str) else None
 
 
-def narrow_layers_for(model) -> tuple[object | None, str]:
+def native_layers_for(model) -> tuple[object | None, str]:
     """The native layers of a w8a8 `model` (engine.model.Transformer), and why not where None."""
     from engine.quant import W8A8Linear
 
     if not enabled():
         return None, f"off ({NATIVE_ENV}=0)"
-    if model.fp32_stream_up_to <= 0:
+    up_to = model.fp32_stream_up_to
+    if up_to <= 0:
         return None, "not a w8a8 model with an fp32 stream"
     layers = list(model.layers)
+    linears = []
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
-        linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-        if attn.q_norm is not None or not all(isinstance(lin, W8A8Linear) for lin in linears):
+        lins = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+        if attn.q_norm is not None or not all(isinstance(lin, W8A8Linear) for lin in lins):
             return None, "needs fused w8a8 q/k/v and gate/up and no q/k norm"
+        if any(lin._dense_packed is None or lin.dense_above != up_to for lin in lins):
+            return None, "needs oneDNN-packed weights and one narrow-pass cutoff"
         if any(norm.weight_fp32 is None for norm in (layer.input_layernorm, layer.post_attention_layernorm)):
             return None, "not a w8a8 model with an fp32 stream"
+        linears += [(lin._packed, lin._dense_packed, lin.bias, str(lin.dense_dtype).replace("torch.", "")) for lin in lins]
     if model.embed_tokens.weight.device.type != "cpu":
         return None, "CPU only (PyTorch's quantized kernels)"
     ext = load_extension()
     if ext is None:
         return None, f"not built: {build_error()}"
-    packed = [lin._packed for layer in layers for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
-                                                          layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
     cfg = model.cfg
-    native = ext.NarrowLayers([layer.input_layernorm.weight_fp32 for layer in layers],
-                              [layer.post_attention_layernorm.weight_fp32 for layer in layers],
-                              packed, float(cfg.rms_eps), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    native = ext.NativeLayers([n.weight.detach() for n in norms], [n.weight_fp32 for n in norms], linears,
+                              float(cfg.rms_eps), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
     return native, "on"
 
 
-__all__ = ["NATIVE_ENV", "build_error", "enabled", "load_extension", "narrow_layers_for", "native_dir"]
+__all__ = ["NATIVE_ENV", "build_error", "enabled", "load_extension", "native_layers_for", "native_dir"]

@@ -69,10 +69,10 @@ class ModelRunner:
         self.device = target
         self.model = model.to(self.device)
         if precision is not None and precision.int8_activations:
-            from engine.native import narrow_layers_for
+            from engine.native import native_layers_for
 
-            # Narrow passes' layers in one C++ call, the same bits (engine/native.py).
-            self.model.native_layers, self.info["native_narrow_passes"] = narrow_layers_for(self.model)
+            # A pass's layers in one C++ call, the same bits (engine/native.py).
+            self.model.native_layers, self.info["native_layers"] = native_layers_for(self.model)
         if precision is not None and precision.name == "fp32" and target.type == "cpu" and fp32_linears() == "packed":
             from engine.packed import onednn_available, pack_fp32
 

@@ -107,3 +107,17 @@ def test_a_check_that_crashes_is_a_failure_not_a_crash(capsys, monkeypatch):
 def test_sizes_read_plainly(tmp_path: Path):
     (tmp_path / "a").write_bytes(b"x" * 3000)
     assert doctor.human(doctor.size_of(tmp_path)) == "2.9 KB" and doctor.human(512) == "512 B"
+
+
+def test_native_layers_are_reported_for_w8a8_only(monkeypatch, tmp_path):
+    from engine import native
+
+    assert doctor.check_native_layers("fp32") == []
+    monkeypatch.setenv(native.NATIVE_DIR_ENV, str(tmp_path))  # nothing built there
+    [check] = doctor.check_native_layers("w8a8")
+    assert check.status == "warn" and "not built" in check.detail and str(tmp_path) in check.detail
+    (tmp_path / f"{native.EXTENSION}.so").write_bytes(b"")
+    assert doctor.check_native_layers("w8a8")[0].status == "ok"
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    [check] = doctor.check_native_layers("w8a8")
+    assert check.status == "warn" and "off" in check.detail

@@ -156,7 +156,22 @@ def check_precision() -> list[Check]:
         p = resolve_precision(int8_checked=True)  # what `--model default` loads with
     except ValueError as e:
         return [cpu, Check("precision", "fail", str(e), ENGINE_COMMANDS)]
-    return [cpu, Check("precision", "ok", f"default model: {p.name} ({p.reason})")]
+    return [cpu, Check("precision", "ok", f"default model: {p.name} ({p.reason})"), *check_native_layers(p.name)]
+
+
+def check_native_layers(precision: str) -> list[Check]:
+    """w8a8 passes run their layers in one C++ call where it is built (engine/native.py)."""
+    if precision != "w8a8":
+        return []
+    from engine import native
+
+    built = native.native_dir() / f"{native.EXTENSION}.so"
+    if not native.enabled():
+        return [Check("native layers", "warn", f"off ({native.NATIVE_ENV}=0): w8a8 passes run the Python layers, slower")]
+    if built.exists():
+        return [Check("native layers", "ok", str(built))]
+    return [Check("native layers", "warn", f"not built ({built}): ./setup.sh builds it; else the engine builds it "
+                  "on first load (~30 s) or runs the Python layers", ENGINE_COMMANDS)]
 
 
 # --- this machine: audio devices, ports, LiveKit ---------------------------------------------------
