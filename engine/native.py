@@ -57,6 +57,8 @@ def load_extension() -> ModuleType | None:
                 from torch.utils.cpp_extension import load
 
                 native_dir().mkdir(parents=True, exist_ok=True)
+                if not (native_dir() / f"{EXTENSION}.so").exists():  # say why the first load pauses
+                    log.warning("building the native layers once (~30 s) into %s", native_dir())
                 _state["module"] = load(EXTENSION, [str(SOURCE)], extra_cflags=["-O2"],
                                         build_directory=str(native_dir()), verbose=False)
             except Exception as e:  # no compiler, no ninja, a read-only home: the Python layers still run
