@@ -55,7 +55,11 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # 8 turns: instant 91.6 / 95.0 / 89.2, low 159.6 / 152.6 / 158.6. No clear winner, so this one stays.
     # With the fp32 stream and query groups folded up to 8 tokens (2026-12-06, same CPU kind, medians of
     # 3 rounds): 1.18 / 1.24 / 1.36 / 1.40 / 1.51 / 1.73 at 3 / 4 / 5 / 6 / 8 / 12 tokens (11.25 ms at 1);
-    # not A/B'd as a planning curve, so this one stays.
+    # not A/B'd as a planning curve, so this one stays. With the native layers (engine/native.py, a slower
+    # machine of the kind, fastest of 3 rounds): 1.03 / 1.1 / 1.16 / 1.25 / 1.34 / 1.53 / 2.02 / 2.17 / 2.32 /
+    # 2.99 / 3.66 at 2 / 3 / 4 / 5 / 6 / 8 / 10 / 12 / 16 / 24 / 32 tokens (12.2 ms at 1). Planned with it on 20
+    # held-out calls at instant, 2 rounds against this one: the same 543 passes, wall 42.0 / 43.9 s against
+    # 42.9 / 45.3, TTFAT p50 179 / 186 ms against 176 / 183: no clear winner, so this one stays.
     "w8a8-bf16": ((1, 1.0), (2, 1.04), (4, 1.1), (6, 1.55), (8, 1.75), (12, 1.9), (16, 2.2), (32, 3.4)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),
