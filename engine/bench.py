@@ -10,7 +10,9 @@ again), as in a live call.
 The roofline rows: the machine's measured memory read bandwidth; the weight bytes one forward
 pass reads at the running precision and the floor that gives (bytes / bandwidth); the measured
 ms of one pass over 1, 2, 4, 8, 16 and 32 new tokens on a 480-token cache (the median, and the
-fastest of 12 as `ms_per_pass_min`: on a shared machine, the pass other tenants disturbed least).
+fastest of 12 as `ms_per_pass_min`: on a shared machine, the pass other tenants disturbed least), and
+where the native layers run (engine/native.py), the same passes through the Python layers as
+`ms_per_pass_python_layers` (null elsewhere).
 A fixed baseline whatever the precision: AR decoding of the same weights in bf16, eager (`bf16_ar_decode_tok_s`, skipped
 with `--no-bf16-ar`), against which `speedup_vs_bf16_ar` is taken.
 Peers on the same weights and prompts: transformers `generate`, and llama.cpp (llama-cpp-python,
@@ -188,6 +190,10 @@ def roofline(eng: Engine) -> dict:
     bw = read_bandwidth_gbps()
     wbytes = weight_bytes_per_pass(eng)
     med, best = ms_per_pass(eng)
+    python_med = None
+    if eng.model.native_layers is not None:  # the same passes without them, in the same run
+        with eng.runner.python_layers():
+            python_med, _ = ms_per_pass(eng)
     return {
         "bandwidth_gbps": bw,
         "weight_bytes_per_pass": wbytes,
@@ -195,6 +201,7 @@ def roofline(eng: Engine) -> dict:
         "floor_ms_per_pass": round(wbytes / (bw * 1e9) * 1000, 2),
         "ms_per_pass": med,
         "ms_per_pass_min": best,
+        "ms_per_pass_python_layers": python_med,  # median; null where no native layers run
     }
 
 
@@ -225,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"roofline ({precision}, linears: {eng.info.get('linear_kernel')}"
           f"{f', native layers: {native}' if native else ''}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
           f"weights {roof['weight_bytes_per_pass'] / 1e6:.1f} MB/pass -> floor {roof['floor_ms_per_pass']} ms/pass; "
-          f"ms per pass by tokens (cache {PASS_CACHE}), median {roof['ms_per_pass']}, fastest {roof['ms_per_pass_min']}",
+          f"ms per pass by tokens (cache {PASS_CACHE}), median {roof['ms_per_pass']}, fastest {roof['ms_per_pass_min']}"
+          f"{f'; Python layers, median {py}' if (py := roof['ms_per_pass_python_layers']) else ''}",
           flush=True)
     if a.roofline_only:
         if a.json:

@@ -9,7 +9,8 @@ layout holds: within a block, every denoising pass after the first has the same 
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -90,6 +91,16 @@ class ModelRunner:
     @property
     def dtype(self) -> torch.dtype:
         return self.model.dtype
+
+    @contextmanager
+    def python_layers(self) -> Iterator[None]:
+        """Passes inside run the Python layers even where native ones are attached (engine/native.py):
+        the bench's same-run comparison. Not for use while other threads decode on this runner."""
+        native, self.model.native_layers = self.model.native_layers, None
+        try:
+            yield
+        finally:
+            self.model.native_layers = native
 
     def new_cache(self, batch: int = 1, capacity: int = 512, max_capacity: int = 8192) -> KVCache:
         cfg = self.model.cfg

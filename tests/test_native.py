@@ -109,6 +109,10 @@ def test_the_default_engine_runs_native_layers_where_it_is_w8a8(extension):
 
     eng = Engine.load("default", precision="w8a8")
     assert eng.runner.info["native_layers"] == "on"
-    assert eng.model.native_layers is not None
+    native_layers = eng.model.native_layers
+    assert native_layers is not None
+    with eng.runner.python_layers():  # the bench's same-run comparison
+        assert eng.model.native_layers is None
+    assert eng.model.native_layers is native_layers
     bf16 = Engine.load("default", precision="bf16")
     assert "native_layers" not in bf16.runner.info and bf16.model.native_layers is None

@@ -173,6 +173,7 @@ def test_bench_json_keeps_its_keys_and_adds_the_roofline(tiny_folder, capsys):
     assert out["precision"] == "fp32" and out["bandwidth_gbps"] > 0
     assert set(out["ms_per_pass"]) == set(out["ms_per_pass_min"]) == {"1", "2", "4", "8", "16", "32"}
     assert all(out["ms_per_pass_min"][t] <= out["ms_per_pass"][t] for t in out["ms_per_pass"])
+    assert out["ms_per_pass_python_layers"] is None  # fp32: no native layers to compare with
     assert out["floor_ms_per_pass"] == pytest.approx(out["weight_bytes_per_pass"] / out["bandwidth_gbps"] / 1e6, rel=0.02)
     assert out["llamacpp_decode_tok_s"] is None and out["llamacpp_q8_0_decode_tok_s"] is None  # skipped: null
     row = out["by_effort"]["instant"]
