@@ -66,8 +66,8 @@ class KVCache:
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor, span: int):
         """Store k/v [B, H, T, D] at `slots` (from `slots_for`); return the first `span` slots of the layer."""
         kb, vb = self.k[layer], self.v[layer]
-        if kb.shape[0] == 1:
-            s0 = int(self.lengths[0])  # == slots[0, 0], read from the host
+        s0 = self.write_start()  # == slots[0, 0] for one row, read from the host
+        if s0 >= 0:
             kb[0, :, s0 : s0 + k.shape[2]] = k[0]
             vb[0, :, s0 : s0 + v.shape[2]] = v[0]
         else:
@@ -77,8 +77,8 @@ class KVCache:
         return kb[:, :, :span], vb[:, :, :span]
 
     def write_start(self) -> int:
-        """Where `write` puts a pass's new K/V, for a writer outside Python (engine/csrc/native_layers.cpp
-        mirrors `write`): a one-row cache's first new slot, or -1 where they go by their slots."""
+        """Where a pass's new K/V go, for `write` and for the writer outside Python
+        (engine/csrc/native_layers.cpp): a one-row cache's first new slot, or -1 where they go by their slots."""
         return int(self.lengths[0]) if self.k.shape[1] == 1 else -1
 
     def mask(self, intra: torch.Tensor, t: int) -> tuple[torch.Tensor, int]:

@@ -44,6 +44,11 @@ def native_dir() -> Path:
     return Path(os.environ.get(NATIVE_DIR_ENV) or Path.home() / ".cache" / "voice-agent" / "native")
 
 
+def built_path() -> Path:
+    """Where the compiled extension lies once built."""
+    return native_dir() / f"{EXTENSION}.so"
+
+
 def enabled() -> bool:
     return (os.environ.get(NATIVE_ENV) or "1").strip().lower() not in ("0", "off", "false", "no")
 
@@ -57,7 +62,7 @@ def load_extension() -> ModuleType | None:
                 from torch.utils.cpp_extension import load
 
                 native_dir().mkdir(parents=True, exist_ok=True)
-                if not (native_dir() / f"{EXTENSION}.so").exists():  # say why the first load pauses
+                if not built_path().exists():  # say why the first load pauses
                     log.warning("building the native layers once (~30 s) into %s", native_dir())
                 _state["module"] = load(EXTENSION, [str(SOURCE)], extra_cflags=["-O2"],
                                         build_directory=str(native_dir()), verbose=False)
@@ -107,4 +112,4 @@ def native_layers_for(model) -> tuple[object | None, str]:
     return native, "on"
 
 
-__all__ = ["NATIVE_ENV", "build_error", "enabled", "load_extension", "native_layers_for", "native_dir"]
+__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "load_extension", "native_layers_for", "native_dir"]

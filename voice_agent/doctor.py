@@ -165,7 +165,7 @@ def check_native_layers(precision: str) -> list[Check]:
         return []
     from engine import native
 
-    built = native.native_dir() / f"{native.EXTENSION}.so"
+    built = native.built_path()
     if not native.enabled():
         return [Check("native layers", "warn", f"off ({native.NATIVE_ENV}=0): w8a8 passes run the Python layers, slower")]
     if built.exists():
