@@ -37,8 +37,8 @@ import torch
 from engine.api import Engine
 from engine.drafts import NgramDrafts
 from engine.effort import EFFORTS
-from engine.pass_threads import threads_for
-from engine.peer_llamacpp import llamacpp_available, llamacpp_decode
+from engine.errors import EngineError
+from engine.peer_llamacpp import llamacpp_available, llamacpp_decode_isolated
 from engine.precision import PRECISIONS
 from engine.quant import linear_bytes
 
@@ -153,7 +153,7 @@ def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
     t = x.shape[1]
     mask, _ = cache.mask(intra, t)
     slots = cache.slots_for(t).to(cache.device)
-    with threads_for(x.numel(), eng.runner.serial_up_to):  # as the runner runs it (engine/pass_threads.py)
+    with eng.runner.narrow_threads.run(x.numel()):  # as the runner runs it (engine/pass_threads.py)
         h = eng.model.hidden(x.to(cache.device), slots, mask, cache, slots)
         eng.model.lm_head(h[0]).float()
 
@@ -289,9 +289,14 @@ def main(argv: list[str] | None = None) -> int:
               "-e '.[peer]' builds it, ~10 min) -> llamacpp rows are null")
     else:
         peer_status = "measured"
+        prompts = [_first_turn_ids(base_ar, first) for first, _ in [TURNS[0], *TURNS[:n]]]  # [0]: warm-up
         for q in peer:
-            prompts = [_first_turn_ids(base_ar, first) for first, _ in [TURNS[0], *TURNS[:n]]]  # [0]: warm-up
-            peer[q] = llamacpp_decode(q, prompts, a.max_tokens, torch.get_num_threads())
+            try:  # in a child process: a crash of llama.cpp costs its rows only
+                peer[q] = llamacpp_decode_isolated(q, prompts, a.max_tokens, torch.get_num_threads())
+            except EngineError as e:
+                peer_status = f"failed: {e}"
+                print(f"llama.cpp peer {q}: FAILED ({e}) -> its rows are null", flush=True)
+                continue
             print(f"llama.cpp {q} ({peer[q]['gguf']}, {torch.get_num_threads()} threads): decode "
                   f"{peer[q]['decode_tok_s']} tok/s, prefill p50 {peer[q]['prefill_ms_p50']} ms", flush=True)
     head = by_effort.get("low") or next(iter(by_effort.values()))
@@ -301,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         "precision": precision,
         "linear_kernel": eng.info.get("linear_kernel"),
         "native_layers": native,
+        # one thread or all for narrow passes, and what each cost by width class (engine/pass_threads.py)
+        "narrow_threads": eng.runner.narrow_threads.mode,
+        "narrow_threads_ms": eng.runner.narrow_threads.costs(),
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "reasoning_effort": "low" if "low" in by_effort else efforts[0],

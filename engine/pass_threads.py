@@ -1,4 +1,5 @@
-"""How many threads a pass runs on: one for a narrow pass on a CPU, all of them for a wide one.
+"""How many threads a pass runs on: a wide pass on all of them; a narrow pass on a CPU on one or all,
+whichever measured cheaper lately (`NarrowThreads`).
 
 The engine's OpenMP threads wait passively (engine/__init__.py: spinning ones collapse throughput
 when the cores are shared). Then every parallel op of a pass wakes the other threads, and a pass is
@@ -15,19 +16,28 @@ the wake-ups. Measured there, ms per pass over a 480-token cache by new tokens, 
 | bf16 | 27.5 / 32.6 | 28.7 / 34.0 | 33.5 / 34.5 | | 41.7 / 35.9 | 58.2 / 48.4 |
 | fp32 (packed) | 23.5 / 26.7 | 26.4 / 26.7 | 32.9 / 29.8 | | 43.6 / 34.1 | 71.2 / 51.1 |
 
-So a pass of at most `SERIAL_UP_TO[precision]` tokens (rows x width: the linears' rows) runs on one
-thread. In bf16, int8 and w8a8 its logits are bit-identical on one thread and two at every width
+So a pass of at most `SERIAL_UP_TO[precision]` tokens (rows x width: the linears' rows) may run on
+one thread. Whether it does is measured, not fixed: on an Intel Xeon with AMX (below) the same narrow
+passes ran 35-45% faster on two threads, and with the native layers (engine/native.py) the AMD EPYC's
+did too when idle, while one busy process on the machine turns that around. So `NarrowThreads` times
+the runner's own narrow passes on each count and keeps the cheaper (`VOICE_AGENT_NARROW_THREADS=one|all`
+pins it). On the Intel Xeon, two engines decoding the bench turns alternately (6 turns, 48 tokens, the
+same tokens on both), one thread / measured: instant 72.6 / 98.3, 105.8 / 127.9, 95.0 / 121.1 tok/s
+over 3 rounds; `low` 162.1 / 178.9, 220.4 / 228.9, 264.3 / 259.4. In bf16, int8 and w8a8 its logits are bit-identical on one thread and two at every width
 measured (1 to 40 tokens over a 200-token cache; tests/test_pass_threads.py). fp32 is left out: a
 1-token fp32 pass rounds differently on one thread (logits 2.9e-5 apart), and fp32 is the precision
 whose decodes are promised token for token; its gain would be small (1 token 23.5 vs 26.7 ms, 4 a
 tie). Not measured on a CPU without AVX512-BF16. Waking the others for the LM head alone (a fifth
 of a pass's weights in one kernel call) saved 0.2-0.4 ms back to back, but nothing in whole passes
 (2026-12-06, medians of 3 rounds, ms at 1 / 4 / 8 tokens: 12.35 / 14.77 / 19.08 on one thread, 12.49 /
-14.58 / 19.17 so), so a narrow pass stays on one thread throughout.
+14.58 / 19.17 so), so a narrow pass's count holds throughout it.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -61,4 +71,91 @@ def threads_for(tokens: int, limit: int) -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-__all__ = ["SERIAL_UP_TO", "serial_up_to", "threads_for"]
+NARROW_THREADS_ENV = "VOICE_AGENT_NARROW_THREADS"
+NARROW_THREADS_MODES = ("auto", "one", "all")
+# Which is cheaper depends on the machine and on what else runs on it. Same code, 2 threads, ms per
+# pass at 1 / 2 / 4 / 8 tokens (w8a8, native layers, 480-token cache, medians of 12):
+# - AMD EPYC with AVX512-BF16, idle: one thread 12.7 / - / - / 19.0, all 11.5-11.9 / - / - / 16.9-17.2;
+#   with one other busy process: one 13.9 / - / 17.5 / 22.8, all 30.3 / - / 39.5 / 39.9 (2026-12-06).
+# - Intel Xeon with AMX (family 6 model 207, KVM), idle, 3 rounds: one 16.4-21.3 / 18.3-24.3 / 22.0 /
+#   27.2-29.6, all 10.5-12.3 / 11.6-13.6 / 13.6-18.9 / 17.9-22.7; with one busy process, 2 rounds: one
+#   20.0-27.1 / 18.7-29.4 / 29.4-31.8 / 34.4-35.0, all 23.4-27.9 / 30.4-41.5 / 31.4-36.1 / 38.9-47.8.
+# So neither count wins everywhere; the runner times its own narrow passes and keeps the cheaper,
+# trying the other one pass in `EXPLORE_EVERY` (per width class) to notice when the machine changes.
+EXPLORE_EVERY = 16
+EWMA_WEIGHT = 0.25  # of the newest timing in a count's running cost
+
+
+def narrow_threads_mode() -> str:
+    """`VOICE_AGENT_NARROW_THREADS`: auto (measured, the default), one, or all."""
+    mode = (os.environ.get(NARROW_THREADS_ENV) or "auto").strip().lower()
+    if mode not in NARROW_THREADS_MODES:
+        raise ValueError(f"{NARROW_THREADS_ENV}={mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
+    return mode
+
+
+class NarrowThreads:
+    """Runs passes of at most `limit` tokens (the linears' rows) on one thread or on all configured ones,
+    whichever has cost less lately in that width class (1, 2-3, 4-7, 8-15 tokens); wider ones on all.
+
+    The choice changes no number where `limit` > 0 (tests/test_pass_threads.py): only the time."""
+
+    def __init__(self, limit: int, mode: str | None = None, explore_every: int = EXPLORE_EVERY) -> None:
+        self.limit = limit
+        self.mode = mode or narrow_threads_mode()
+        if self.mode not in NARROW_THREADS_MODES:
+            raise ValueError(f"narrow threads mode {self.mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
+        self.explore_every = explore_every
+        self._cost: dict[tuple[int, bool], float] = {}  # (width class, serial) -> running ms
+        self._seen: dict[int, int] = {}  # width class -> passes chosen for
+        self._lock = threading.Lock()
+
+    def serial(self, tokens: int) -> bool | None:
+        """Whether a pass of `tokens` runs on one thread; None where it is not narrow (all threads, untimed)."""
+        if tokens > self.limit or self.mode == "all":
+            return None if tokens > self.limit else False
+        if self.mode == "one" or tokens <= 0:  # no forward at all: nothing to wake the others for
+            return True
+        k = tokens.bit_length()
+        with self._lock:
+            one, alll = self._cost.get((k, True)), self._cost.get((k, False))
+            if one is None or alll is None:  # each is timed once before any is preferred
+                return one is None
+            n = self._seen[k] = self._seen.get(k, 0) + 1
+            cheaper = one <= alll
+            return (not cheaper) if n % self.explore_every == 0 else cheaper
+
+    def record(self, tokens: int, serial: bool, ms: float) -> None:
+        k = tokens.bit_length()
+        with self._lock:
+            old = self._cost.get((k, serial))
+            self._cost[(k, serial)] = ms if old is None else (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * ms
+
+    def costs(self) -> dict[str, float]:
+        """The running ms by width class and count, e.g. {"1-1 one": 10.2, "1-1 all": 7.9}: for reports."""
+        with self._lock:
+            return {f"{1 << (k - 1)}-{(1 << k) - 1} {'one' if s else 'all'}": round(ms, 2)
+                    for (k, s), ms in sorted(self._cost.items())}
+
+    @contextmanager
+    def run(self, tokens: int) -> Iterator[None]:
+        """Run the body (a pass and the work on its logits) on the count chosen for `tokens`, timing it."""
+        n = torch.get_num_threads()
+        serial = self.serial(tokens) if n > 1 else None
+        if serial is None:
+            yield
+            return
+        if serial:
+            torch.set_num_threads(1)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if serial:
+                torch.set_num_threads(n)
+        if self.mode == "auto" and tokens > 0:  # a failed pass (the exception above) is not timed
+            self.record(tokens, serial, (time.perf_counter() - t0) * 1000)
+
+
+__all__ = ["EXPLORE_EVERY", "NARROW_THREADS_ENV", "NARROW_THREADS_MODES", "SERIAL_UP_TO", "NarrowThreads",
+           "narrow_threads_mode", "serial_up_to", "threads_for"]

@@ -20,7 +20,7 @@ from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask, read_positions, with_branch
 from engine.model import Transformer
 from engine.pass_cost import PassCost, curve_for
-from engine.pass_threads import serial_up_to, threads_for
+from engine.pass_threads import NarrowThreads, serial_up_to
 from engine.precision import Precision, PrecisionError, fp32_linears, native_bf16_flags
 from engine.sequence import StepInput
 
@@ -84,9 +84,12 @@ class ModelRunner:
         name = precision.name if precision else None
         self.pass_cost = PassCost(curve_for(self.device.type, name, bool(native_bf16_flags())))
         self.info["pass_cost_curve"] = self.pass_cost.kernel
-        # A narrow pass runs on one thread: waking the others costs more than they give (engine/pass_threads.py).
+        # A narrow pass runs on one thread or all, whichever its passes measure cheaper on this machine
+        # now: waking the other threads costs more than they give on some CPUs (engine/pass_threads.py).
         self.serial_up_to = serial_up_to(self.device.type, name)
+        self.narrow_threads = NarrowThreads(self.serial_up_to)
         self.info["serial_pass_tokens"] = self.serial_up_to
+        self.info["narrow_threads"] = self.narrow_threads.mode
 
     @property
     def dtype(self) -> torch.dtype:
@@ -135,7 +138,7 @@ class ModelRunner:
         mask, _ = view.mask(intra[0] if len(rows) == 1 else intra, t)
         slots = view.slots_for(t).to(self.device)
         pos = slots.clamp(max=model.cfg.max_seq_len - 1)
-        with threads_for(x.numel(), self.serial_up_to):
+        with self.narrow_threads.run(x.numel()):
             h = model.hidden(x.to(self.device), pos, mask, view, slots)
         out = []
         for i, (row, toks) in enumerate(rows):
@@ -150,10 +153,10 @@ class ModelRunner:
         return (min(r for r, _ in rows), max(r for r, _ in rows) + 1, max(len(inp.tokens) for _, inp in rows))
 
     def threads(self, rows: list[tuple[int, StepInput]]) -> AbstractContextManager[None]:
-        """The thread count for a pass over `rows` and the work on its logits: one thread where its
-        linears see few tokens (engine/pass_threads.py)."""
+        """The thread count for a pass over `rows` and the work on its logits: where its linears see few
+        tokens, one thread or all, whichever measured cheaper (engine/pass_threads.py)."""
         lo, hi, t = self._span(rows) if rows else (0, 0, 0)
-        return threads_for((hi - lo) * t, self.serial_up_to)
+        return self.narrow_threads.run((hi - lo) * t)
 
     @torch.inference_mode()
     def plan(self, cache: KVCache, rows: list[tuple[int, StepInput]], family: Family,

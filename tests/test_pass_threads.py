@@ -1,11 +1,20 @@
-"""A narrow pass runs on one thread (engine/pass_threads.py), and that changes no number."""
+"""A narrow pass runs on one thread or all, whichever measured cheaper (engine/pass_threads.py), and that
+changes no number."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.pass_threads import SERIAL_UP_TO, serial_up_to, threads_for
+from engine.pass_threads import (
+    EXPLORE_EVERY,
+    NARROW_THREADS_ENV,
+    SERIAL_UP_TO,
+    NarrowThreads,
+    narrow_threads_mode,
+    serial_up_to,
+    threads_for,
+)
 
 
 @pytest.fixture
@@ -43,6 +52,53 @@ def test_only_a_cpu_with_a_rounding_free_precision_runs_serial():
     assert serial_up_to("cpu", "fp32") == 0  # fp32 decodes are promised token for token: all threads
     assert serial_up_to("cuda", "bf16") == 0
     assert serial_up_to("cpu", None) == 0
+
+
+def threads_inside(chooser: NarrowThreads, tokens: int) -> int:
+    with chooser.run(tokens):
+        return torch.get_num_threads()
+
+
+def test_each_count_is_timed_once_then_the_cheaper_one_runs_and_the_other_is_tried_now_and_then(two_threads):
+    timed = NarrowThreads(8, "auto")
+    assert threads_inside(timed, 1) == 1 and threads_inside(timed, 1) == 2  # one, then all, each timed
+    assert set(timed.costs()) == {"1-1 one", "1-1 all"}
+    assert threads_inside(timed, 9) == 2 and set(timed.costs()) == {"1-1 one", "1-1 all"}  # wide: untimed
+    chooser = NarrowThreads(8, "auto")
+    chooser.record(1, serial=True, ms=20.0)
+    chooser.record(1, serial=False, ms=10.0)
+    picks = [chooser.serial(1) for _ in range(3 * EXPLORE_EVERY)]
+    assert picks.count(True) == 3 and all(picks[i] for i in range(EXPLORE_EVERY - 1, len(picks), EXPLORE_EVERY))
+    assert chooser.serial(5) is True  # another width class has its own timings: untimed, it starts on one
+
+
+def test_when_the_cheaper_count_turns_costly_the_choice_follows():
+    chooser = NarrowThreads(8, "auto")
+    chooser.record(2, serial=True, ms=20.0)
+    chooser.record(2, serial=False, ms=10.0)
+    assert chooser.serial(2) is False
+    for _ in range(10):  # another process took a core: passes on all threads now cost 40 ms
+        chooser.record(2, serial=False, ms=40.0)
+    assert chooser.serial(2) is True
+    assert chooser.costs()["2-3 all"] > chooser.costs()["2-3 one"] == 20.0
+
+
+def test_a_failed_pass_is_not_timed_and_the_count_comes_back(two_threads):
+    chooser = NarrowThreads(8, "auto")
+    with pytest.raises(RuntimeError), chooser.run(1):
+        raise RuntimeError("a pass failed")
+    assert torch.get_num_threads() == 2 and chooser.costs() == {}
+
+
+def test_a_fixed_mode_is_obeyed_and_a_bad_one_is_refused(two_threads, monkeypatch):
+    assert threads_inside(NarrowThreads(8, "one"), 8) == 1
+    assert threads_inside(NarrowThreads(8, "all"), 1) == 2
+    assert NarrowThreads(8, "one").costs() == {}
+    monkeypatch.setenv(NARROW_THREADS_ENV, "ALL")
+    assert narrow_threads_mode() == "all" and NarrowThreads(8).mode == "all"
+    monkeypatch.setenv(NARROW_THREADS_ENV, "three")
+    with pytest.raises(ValueError, match="VOICE_AGENT_NARROW_THREADS"):
+        NarrowThreads(8)
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +140,14 @@ def test_a_pass_gives_the_same_logits_on_one_thread_and_two(engine_at, precision
         assert torch.equal(out[0], out[1]), (width, (out[0] - out[1]).abs().max())
 
 
-def test_a_pass_counts_the_rows_it_spans_padding_included(engine_at, two_threads):
+def test_a_pass_counts_the_rows_it_spans_padding_included(engine_at, two_threads, monkeypatch):
     """The linears of a pass over rows 0 and k see k + 1 padded rows, not 2."""
     from engine.sequence import StepInput
 
     runner = engine_at("w8a8").runner
     limit = runner.serial_up_to
-    assert limit == SERIAL_UP_TO["w8a8"]
+    assert limit == SERIAL_UP_TO["w8a8"] == runner.narrow_threads.limit
+    monkeypatch.setattr(runner, "narrow_threads", NarrowThreads(limit, "one"))  # narrow: one thread
 
     def one(row: int) -> tuple[int, StepInput]:
         return row, StepInput([1], 1, 0, 0)
