@@ -16,7 +16,8 @@ from voice_agent.cli import main as cli_main
 ITEMS = ["base weights", "adapter", "STT tiny.en", "TTS hibari", "VAD (live, pipecat Silero)",
          "CPU bf16 flags", "precision", "audio input devices", "audio output devices", "port 8765 (phone)",
          "port 8000 (serve)", "LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET", "version torch",
-         "version pipecat-ai", "version livekit-agents", "version faster-whisper"]
+         "version pipecat-ai", "version livekit-agents", "version faster-whisper", "narrow pass threads",
+         "llama.cpp peer"]
 
 
 def _doctor(capsys, *args: str) -> tuple[int, str]:
@@ -121,3 +122,21 @@ def test_native_layers_are_reported_for_w8a8_only(monkeypatch, tmp_path):
     monkeypatch.setenv(native.NATIVE_ENV, "0")
     [check] = doctor.check_native_layers("w8a8")
     assert check.status == "warn" and "off" in check.detail
+
+
+def test_a_bad_narrow_threads_setting_fails_and_a_good_one_is_shown(capsys, monkeypatch):
+    monkeypatch.setenv("VOICE_AGENT_NARROW_THREADS", "three")
+    code, out = _doctor(capsys)
+    line = _line(out, "narrow pass threads")
+    assert code == 1 and line.startswith("  FAIL") and "VOICE_AGENT_NARROW_THREADS" in line
+    monkeypatch.setenv("VOICE_AGENT_NARROW_THREADS", "one")
+    assert doctor.check_narrow_threads().detail == "one (VOICE_AGENT_NARROW_THREADS=one)"
+
+
+def test_a_llamacpp_peer_built_with_amx_warns_on_an_amx_cpu_only():
+    amx_build = "CPU : AVX512 = 1 | AVX512_BF16 = 1 | AMX_INT8 = 1 | OPENMP = 1 | "
+    plain_build = "CPU : AVX512 = 1 | AVX512_BF16 = 1 | OPENMP = 1 | "
+    check = doctor.check_llamacpp_peer(lambda: amx_build, {"avx512f", "amx_int8"})
+    assert check.status == "warn" and "SIGILL" in check.detail and check.affects == ()
+    assert doctor.check_llamacpp_peer(lambda: plain_build, {"avx512f", "amx_int8"}).status == "ok"
+    assert doctor.check_llamacpp_peer(lambda: amx_build, {"avx512f"}).status == "ok"

@@ -138,10 +138,7 @@ def _first(folder: Path, pattern: str) -> Path | None:
 # --- the CPU and precision -------------------------------------------------------------------------
 
 def check_precision() -> list[Check]:
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        flags = set()
+    flags = cpu_flags()
     native = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
     cpu = Check("CPU bf16 flags", "ok", ", ".join(native) if native else
                 "none of avx512_bf16, amx_bf16 (bf16 matmuls are emulated here)")
@@ -172,6 +169,47 @@ def check_native_layers(precision: str) -> list[Check]:
         return [Check("native layers", "ok", str(built))]
     return [Check("native layers", "warn", f"not built ({built}): ./setup.sh builds it; else the engine builds it "
                   "on first load (~30 s) or runs the Python layers", ENGINE_COMMANDS)]
+
+
+def check_narrow_threads() -> Check:
+    """How narrow passes pick their thread count (engine/pass_threads.py); a bad setting stops every load."""
+    from engine.pass_threads import NARROW_THREADS_ENV, narrow_threads_mode
+
+    try:
+        mode = narrow_threads_mode()
+    except ValueError as e:
+        return Check("narrow pass threads", "fail", str(e), ENGINE_COMMANDS)
+    if mode == "auto":
+        return Check("narrow pass threads", "ok", f"measured: one thread or all, whichever costs less here "
+                     f"({NARROW_THREADS_ENV}=one|all pins it)")
+    return Check("narrow pass threads", "ok", f"{mode} ({NARROW_THREADS_ENV}={mode})")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        return set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return set()
+
+
+def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set[str] | None = None) -> Check:
+    """The optional llama.cpp peer of `python -m engine.bench`: a build with AMX dies of SIGILL on some
+    AMX CPUs (README, Troubleshooting). No voice-agent command needs it."""
+    if system_info is None:
+        if importlib.util.find_spec("llama_cpp") is None:
+            return Check("llama.cpp peer", "ok", "not installed (optional, for engine.bench: pip install "
+                         "-c constraints.txt -e '.[peer]')")
+
+        def system_info() -> str:
+            import llama_cpp
+
+            return llama_cpp.llama_print_system_info().decode(errors="replace")
+    info = system_info()
+    if "AMX_INT8 = 1" in info and "amx_int8" in (cpu_flags() if flags is None else flags):
+        return Check("llama.cpp peer", "warn", "built with AMX on an AMX CPU: it may die of SIGILL at its first "
+                     "AMX instruction (the bench then leaves its rows null); README, Troubleshooting, rebuilds it "
+                     "without AMX")
+    return Check("llama.cpp peer", "ok", "installed")
 
 
 # --- this machine: audio devices, ports, LiveKit ---------------------------------------------------
@@ -246,11 +284,11 @@ def check_versions() -> list[Check]:
 
 SECTIONS: dict[str, Callable[[], Check | list[Check]]] = {
     "models": lambda: [*check_base_weights(), check_adapter(), *check_stt(), check_tts(), *check_vad()],
-    "cpu": check_precision,
+    "cpu": lambda: [*check_precision(), check_narrow_threads()],
     "audio": check_audio_devices,
     "ports": check_ports,
     "livekit": check_livekit,
-    "versions": check_versions,
+    "versions": lambda: [*check_versions(), check_llamacpp_peer()],
 }
 
 
