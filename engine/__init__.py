@@ -9,8 +9,8 @@ import os
 
 # OpenMP's busy-wait collapses throughput 10x when cores are shared (measured: prefill 7.3 s vs
 # 0.37 s on 2 busy cores). Passive waiting costs a wake-up per parallel op instead (a 1-token pass
-# on 2 idle threads: 17 ms against 10 ms spinning), so narrow passes run on one thread
-# (engine/pass_threads.py).
+# on 2 idle threads: 17 ms against 10 ms spinning), so a narrow pass runs on one thread or all,
+# whichever measures cheaper on the machine (engine/pass_threads.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["Engine", "Session", "ChatResult", "StreamEvent", "EngineError", "EngineInputError", "EFFORTS"]

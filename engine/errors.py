@@ -39,6 +39,13 @@ class EngineInputError(EngineError, ValueError):
     code = "invalid_request"
 
 
+class SettingError(EngineError, ValueError):
+    """A setting the engine cannot run with (an argument or environment variable, read at load): the
+    commands print the message and exit 2, without a traceback."""
+
+    code = "invalid_setting"
+
+
 class SessionBusy(EngineError, RuntimeError):
     """Another turn of the same call holds its session."""
 
@@ -47,4 +54,4 @@ class SessionBusy(EngineError, RuntimeError):
 
 __all__ = ["CONTEXT_LENGTH_EXCEEDED", "INVALID_MAX_TOKENS", "INVALID_MESSAGES", "INVALID_ORDER",
            "INVALID_REASONING_EFFORT", "INVALID_STOP", "INVALID_TEMPERATURE", "INVALID_TOOLS", "INVALID_TOOL_CHOICE",
-           "SESSION_BUSY", "EngineError", "EngineInputError", "SessionBusy"]
+           "SESSION_BUSY", "EngineError", "EngineInputError", "SessionBusy", "SettingError"]

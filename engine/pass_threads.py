@@ -43,6 +43,8 @@ from contextlib import contextmanager
 
 import torch
 
+from engine.errors import SettingError
+
 # w8a8 was 12 while its passes above 4 rows multiplied the packed bf16 copy. With the int8 kernel up
 # to 8 rows (engine/quant.py), 2026-12-06, same CPU kind, medians of 3 rounds, ms at 5 / 6 / 8 / 10 /
 # 12 tokens, one thread up to 12 / up to 4: 17.4 / 18.0 / 19.4 / 27.2 / 29.0 against 24.5 / 20.8 / 21.0
@@ -86,11 +88,16 @@ EXPLORE_EVERY = 16
 EWMA_WEIGHT = 0.25  # of the newest timing in a count's running cost
 
 
+class NarrowThreadsError(SettingError):
+    code = "invalid_narrow_threads"
+    param = NARROW_THREADS_ENV
+
+
 def narrow_threads_mode() -> str:
     """`VOICE_AGENT_NARROW_THREADS`: auto (measured, the default), one, or all."""
     mode = (os.environ.get(NARROW_THREADS_ENV) or "auto").strip().lower()
     if mode not in NARROW_THREADS_MODES:
-        raise ValueError(f"{NARROW_THREADS_ENV}={mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
+        raise NarrowThreadsError(f"{NARROW_THREADS_ENV}={mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
     return mode
 
 
@@ -104,7 +111,7 @@ class NarrowThreads:
         self.limit = limit
         self.mode = mode or narrow_threads_mode()
         if self.mode not in NARROW_THREADS_MODES:
-            raise ValueError(f"narrow threads mode {self.mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
+            raise NarrowThreadsError(f"narrow threads mode {self.mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
         self.explore_every = explore_every
         self._cost: dict[tuple[int, bool], float] = {}  # (width class, serial) -> running ms
         self._seen: dict[int, int] = {}  # width class -> passes chosen for
@@ -158,4 +165,5 @@ class NarrowThreads:
 
 
 __all__ = ["EXPLORE_EVERY", "NARROW_THREADS_ENV", "NARROW_THREADS_MODES", "SERIAL_UP_TO", "NarrowThreads",
+           "NarrowThreadsError",
            "narrow_threads_mode", "serial_up_to", "threads_for"]

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from engine.errors import SettingError
+
 PRECISION_ENV = "VOICE_AGENT_PRECISION"
 FP32_LINEARS_ENV = "VOICE_AGENT_FP32_LINEARS"
 FP32_LINEARS = ("packed", "dense")
@@ -70,7 +72,7 @@ class Bf16Tolerance:
 BF16_TOLERANCE = Bf16Tolerance()
 
 
-class PrecisionError(ValueError):
+class PrecisionError(SettingError):
     code = "invalid_precision"
     param = "precision"
 

@@ -160,3 +160,12 @@ def test_a_pass_counts_the_rows_it_spans_padding_included(engine_at, two_threads
     assert threads([one(0), one(limit - 1)]) == 1  # limit rows of one token
     assert threads([one(0), one(limit)]) == 2  # two inputs, but limit + 1 rows
     assert torch.get_num_threads() == 2
+
+
+def test_a_bad_setting_stops_a_command_with_its_code_and_no_traceback(monkeypatch, capsys):
+    from voice_agent.cli import main
+
+    monkeypatch.setenv(NARROW_THREADS_ENV, "three")
+    assert main(["simulate", "samples/callers/dental_heldout_subset20.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "[invalid_narrow_threads]" in err and NARROW_THREADS_ENV in err and "Traceback" not in err

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from engine.errors import SettingError
+
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "replay": ("replay", "replay recorded calls through the live pipeline; per-turn latency report (default: the sample call)"),
@@ -57,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         return int(args._run(args) or 0)
+    except SettingError as e:  # a bad --precision or VOICE_AGENT_* setting: say which, no traceback
+        print(f"voice-agent {args.command}: error [{e.code}]: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
