@@ -28,7 +28,6 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -338,4 +337,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine.errors import run_tool
+
+    raise SystemExit(run_tool(main, "python -m engine.bench"))

@@ -7,6 +7,9 @@ to OpenAI's error body, the voice services decide on `code`, e.g. drop the oldes
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 INVALID_MESSAGES = "invalid_messages"
 INVALID_TOOLS = "invalid_tools"
@@ -46,6 +49,19 @@ class SettingError(EngineError, ValueError):
     code = "invalid_setting"
 
 
+def run_tool(main: Callable[[], int], prog: str) -> int:
+    """An engine tool's exit code (`python -m engine.bench` and the like): a bad setting prints its code
+    and message and exits 2, another engine error (a server that would not start) exits 1; no traceback."""
+    try:
+        return main()
+    except SettingError as e:
+        print(f"{prog}: error [{e.code}]: {e}", file=sys.stderr)
+        return 2
+    except EngineError as e:
+        print(f"{prog}: error [{e.code}]: {e}", file=sys.stderr)
+        return 1
+
+
 class SessionBusy(EngineError, RuntimeError):
     """Another turn of the same call holds its session."""
 
@@ -54,4 +70,4 @@ class SessionBusy(EngineError, RuntimeError):
 
 __all__ = ["CONTEXT_LENGTH_EXCEEDED", "INVALID_MAX_TOKENS", "INVALID_MESSAGES", "INVALID_ORDER",
            "INVALID_REASONING_EFFORT", "INVALID_STOP", "INVALID_TEMPERATURE", "INVALID_TOOLS", "INVALID_TOOL_CHOICE",
-           "SESSION_BUSY", "EngineError", "EngineInputError", "SessionBusy", "SettingError"]
+           "SESSION_BUSY", "EngineError", "EngineInputError", "SessionBusy", "SettingError", "run_tool"]

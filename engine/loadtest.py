@@ -19,6 +19,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from engine.errors import EngineError
 
 SCENARIO = Path(__file__).resolve().parent.parent / "prompts" / "dental_receptionist.yaml"
 # What callers say: test data for the benchmark, one list per simulated call (rotated by call).
@@ -186,8 +189,19 @@ class SpawnedServer:
         env = dict(os.environ)
         if api_key:
             env["VOICE_AGENT_API_KEY"] = api_key
-        self.log = open(log_path or os.devnull, "w")  # noqa: SIM115 - closed in stop()
+        # Without a log path the log still goes to a file: a server that exits early is explained by its last line.
+        self.log = open(log_path, "w") if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def last_log_line(self) -> str:
+        try:
+            self.log.flush()
+            with open(self.log.fileno(), closefd=False) as f:
+                f.seek(0)
+                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][:400] if lines else ""
 
     def wait_ready(self, timeout: float = 300) -> None:
         import httpx
@@ -195,14 +209,16 @@ class SpawnedServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with code {self.proc.returncode}")
+                last = self.last_log_line()
+                raise EngineError(f"the server exited with code {self.proc.returncode}{': ' + last if last else ''}",
+                                  code="server_start_failed")
             try:
                 if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        raise RuntimeError("the server did not become ready")
+        raise EngineError(f"the server did not become ready in {timeout:.0f} s", code="server_start_failed")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -346,4 +362,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from engine.errors import run_tool
+
+    raise SystemExit(run_tool(main, "python -m engine.loadtest"))

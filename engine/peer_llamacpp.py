@@ -35,6 +35,13 @@ def llamacpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
+def llamacpp_system_info() -> str:
+    """What the installed llama.cpp was built with, e.g. "CPU : AVX512 = 1 | AMX_INT8 = 1 | ..."."""
+    import llama_cpp
+
+    return llama_cpp.llama_print_system_info().decode(errors="replace")
+
+
 def q8_0_gguf(src: Path) -> Path:
     """`src` re-quantised to Q8_0 (cached)."""
     import llama_cpp

@@ -302,4 +302,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from engine.errors import run_tool
+
+    raise SystemExit(run_tool(main, "python -m engine.soak"))

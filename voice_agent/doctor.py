@@ -196,14 +196,12 @@ def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set
     """The optional llama.cpp peer of `python -m engine.bench`: a build with AMX dies of SIGILL on some
     AMX CPUs (README, Troubleshooting). No voice-agent command needs it."""
     if system_info is None:
-        if importlib.util.find_spec("llama_cpp") is None:
+        from engine.peer_llamacpp import llamacpp_available, llamacpp_system_info
+
+        if not llamacpp_available():
             return Check("llama.cpp peer", "ok", "not installed (optional, for engine.bench: pip install "
                          "-c constraints.txt -e '.[peer]')")
-
-        def system_info() -> str:
-            import llama_cpp
-
-            return llama_cpp.llama_print_system_info().decode(errors="replace")
+        system_info = llamacpp_system_info
     info = system_info()
     if "AMX_INT8 = 1" in info and "amx_int8" in (cpu_flags() if flags is None else flags):
         return Check("llama.cpp peer", "warn", "built with AMX on an AMX CPU: it may die of SIGILL at its first "
