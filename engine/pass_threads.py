@@ -23,7 +23,9 @@ did too when idle, while one busy process on the machine turns that around. So `
 the runner's own narrow passes on each count and keeps the cheaper (`VOICE_AGENT_NARROW_THREADS=one|all`
 pins it). On the Intel Xeon, two engines decoding the bench turns alternately (6 turns, 48 tokens, the
 same tokens on both), one thread / measured: instant 72.6 / 98.3, 105.8 / 127.9, 95.0 / 121.1 tok/s
-over 3 rounds; `low` 162.1 / 178.9, 220.4 / 228.9, 264.3 / 259.4. In bf16, int8 and w8a8 its logits are bit-identical on one thread and two at every width
+over 3 rounds; `low` 162.1 / 178.9, 220.4 / 228.9, 264.3 / 259.4.
+
+In bf16, int8 and w8a8 a pass's logits are bit-identical on one thread and two at every width
 measured (1 to 40 tokens over a 200-token cache; tests/test_pass_threads.py). fp32 is left out: a
 1-token fp32 pass rounds differently on one thread (logits 2.9e-5 apart), and fp32 is the precision
 whose decodes are promised token for token; its gain would be small (1 token 23.5 vs 26.7 ms, 4 a
@@ -57,20 +59,6 @@ def serial_up_to(device_type: str, precision: str | None) -> int:
     if device_type != "cpu" or precision is None:
         return 0
     return SERIAL_UP_TO.get(precision, 0)
-
-
-@contextmanager
-def threads_for(tokens: int, limit: int) -> Iterator[None]:
-    """Run the body on one thread when `tokens` <= `limit` and more are configured; restore after."""
-    n = torch.get_num_threads()
-    if n <= 1 or tokens > limit:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 NARROW_THREADS_ENV = "VOICE_AGENT_NARROW_THREADS"
@@ -125,12 +113,12 @@ class NarrowThreads:
             return True
         k = tokens.bit_length()
         with self._lock:
-            one, alll = self._cost.get((k, True)), self._cost.get((k, False))
-            if one is None or alll is None:  # each is timed once before any is preferred
-                return one is None
+            one_ms, all_ms = self._cost.get((k, True)), self._cost.get((k, False))
+            if one_ms is None or all_ms is None:  # each is timed once before any is preferred
+                return one_ms is None
             n = self._seen[k] = self._seen.get(k, 0) + 1
-            cheaper = one <= alll
-            return (not cheaper) if n % self.explore_every == 0 else cheaper
+            one_is_cheaper = one_ms <= all_ms
+            return (not one_is_cheaper) if n % self.explore_every == 0 else one_is_cheaper
 
     def record(self, tokens: int, serial: bool, ms: float) -> None:
         k = tokens.bit_length()
@@ -165,5 +153,4 @@ class NarrowThreads:
 
 
 __all__ = ["EXPLORE_EVERY", "NARROW_THREADS_ENV", "NARROW_THREADS_MODES", "SERIAL_UP_TO", "NarrowThreads",
-           "NarrowThreadsError",
-           "narrow_threads_mode", "serial_up_to", "threads_for"]
+           "NarrowThreadsError", "narrow_threads_mode", "serial_up_to"]

@@ -13,7 +13,6 @@ from engine.pass_threads import (
     NarrowThreads,
     narrow_threads_mode,
     serial_up_to,
-    threads_for,
 )
 
 
@@ -25,13 +24,14 @@ def two_threads():
     torch.set_num_threads(before)
 
 
-def test_a_narrow_pass_runs_on_one_thread_and_the_count_comes_back(two_threads):
-    with threads_for(4, 8):
+def test_a_pinned_narrow_pass_runs_on_one_thread_and_the_count_comes_back(two_threads):
+    one = NarrowThreads(8, "one")
+    with one.run(4):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == 2
-    with threads_for(9, 8):
+    with one.run(9):
         assert torch.get_num_threads() == 2
-    with pytest.raises(RuntimeError), threads_for(1, 8):
+    with pytest.raises(RuntimeError), one.run(1):
         raise RuntimeError("a pass failed")
     assert torch.get_num_threads() == 2
 
@@ -40,9 +40,10 @@ def test_one_configured_thread_stays_one():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with threads_for(1, 8):
+        chooser = NarrowThreads(8, "auto")
+        with chooser.run(1):
             assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1 and chooser.costs() == {}  # nothing to choose: nothing timed
     finally:
         torch.set_num_threads(before)
 
