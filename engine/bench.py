@@ -234,11 +234,15 @@ def main(argv: list[str] | None = None) -> int:
           f"ms per pass by tokens (cache {PASS_CACHE}), median {roof['ms_per_pass']}, fastest {roof['ms_per_pass_min']}"
           f"{f'; Python layers, median {py}' if (py := roof['ms_per_pass_python_layers']) else ''}",
           flush=True)
+    narrow = eng.runner.narrow_threads
+    if narrow.limit:  # which thread count the narrow passes above ran on, and what each cost
+        print(f"narrow passes (up to {narrow.limit} tokens): threads {narrow.mode}"
+              f"{f', running ms {narrow.costs()}' if narrow.costs() else ''}", flush=True)
     if a.roofline_only:
         if a.json:
             print(json.dumps({"model": eng.model_name, "precision": precision,
                               "linear_kernel": eng.info.get("linear_kernel"), "native_layers": native, "threads": torch.get_num_threads(),
-                              **roof}))
+                              "narrow_threads": narrow.mode, "narrow_threads_ms": narrow.costs(), **roof}))
         return 0
     ar = eng.variant(family="ar")
     base_ar = Engine.load("smollm2-base", precision=precision) if a.model == "default" else ar

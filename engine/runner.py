@@ -100,10 +100,12 @@ class ModelRunner:
         """Passes inside run the Python layers even where native ones are attached (engine/native.py):
         the bench's same-run comparison. Not for use while other threads decode on this runner."""
         native, self.model.native_layers = self.model.native_layers, None
+        # Their own thread choice: Python layers' timings must not steer the native layers' choice.
+        chooser, self.narrow_threads = self.narrow_threads, NarrowThreads(self.serial_up_to, self.narrow_threads.mode)
         try:
             yield
         finally:
-            self.model.native_layers = native
+            self.model.native_layers, self.narrow_threads = native, chooser
 
     def new_cache(self, batch: int = 1, capacity: int = 512, max_capacity: int = 8192) -> KVCache:
         cfg = self.model.cfg

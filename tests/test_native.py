@@ -111,8 +111,10 @@ def test_the_default_engine_runs_native_layers_where_it_is_w8a8(extension):
     assert eng.runner.info["native_layers"] == "on"
     native_layers = eng.model.native_layers
     assert native_layers is not None
-    with eng.runner.python_layers():  # the bench's same-run comparison
+    chooser = eng.runner.narrow_threads
+    with eng.runner.python_layers():  # the bench's same-run comparison, timed apart from the native passes
         assert eng.model.native_layers is None
-    assert eng.model.native_layers is native_layers
+        assert eng.runner.narrow_threads is not chooser and eng.runner.narrow_threads.mode == chooser.mode
+    assert eng.model.native_layers is native_layers and eng.runner.narrow_threads is chooser
     bf16 = Engine.load("default", precision="bf16")
     assert "native_layers" not in bf16.runner.info and bf16.model.native_layers is None
