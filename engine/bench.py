@@ -235,14 +235,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{f'; Python layers, median {py}' if (py := roof['ms_per_pass_python_layers']) else ''}",
           flush=True)
     narrow = eng.runner.narrow_threads
+    narrow_ms = narrow.costs()
     if narrow.limit:  # which thread count the narrow passes above ran on, and what each cost
         print(f"narrow passes (up to {narrow.limit} tokens): threads {narrow.mode}"
-              f"{f', running ms {narrow.costs()}' if narrow.costs() else ''}", flush=True)
+              f"{f', running ms {narrow_ms}' if narrow_ms else ''}", flush=True)
     if a.roofline_only:
         if a.json:
             print(json.dumps({"model": eng.model_name, "precision": precision,
                               "linear_kernel": eng.info.get("linear_kernel"), "native_layers": native, "threads": torch.get_num_threads(),
-                              "narrow_threads": narrow.mode, "narrow_threads_ms": narrow.costs(), **roof}))
+                              "narrow_threads": narrow.mode, "narrow_threads_ms": narrow_ms, **roof}))
         return 0
     ar = eng.variant(family="ar")
     base_ar = Engine.load("smollm2-base", precision=precision) if a.model == "default" else ar

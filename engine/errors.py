@@ -54,12 +54,9 @@ def run_tool(main: Callable[[], int], prog: str) -> int:
     and message and exits 2, another engine error (a server that would not start) exits 1; no traceback."""
     try:
         return main()
-    except SettingError as e:
-        print(f"{prog}: error [{e.code}]: {e}", file=sys.stderr)
-        return 2
     except EngineError as e:
         print(f"{prog}: error [{e.code}]: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, SettingError) else 1
 
 
 class SessionBusy(EngineError, RuntimeError):

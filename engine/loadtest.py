@@ -190,15 +190,15 @@ class SpawnedServer:
         if api_key:
             env["VOICE_AGENT_API_KEY"] = api_key
         # Without a log path the log still goes to a file: a server that exits early is explained by its last line.
-        self.log = open(log_path, "w") if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
+        self.log = open(log_path, "w+") if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def last_log_line(self) -> str:
+        """The server's last log line; read once it has exited (the file's offset is shared with it)."""
         try:
             self.log.flush()
-            with open(self.log.fileno(), closefd=False) as f:
-                f.seek(0)
-                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            self.log.seek(0)
+            lines = [ln.strip() for ln in self.log.read().splitlines() if ln.strip()]
         except (OSError, ValueError):
             return ""
         return lines[-1][:400] if lines else ""

@@ -81,9 +81,9 @@ class NarrowThreadsError(SettingError):
     param = NARROW_THREADS_ENV
 
 
-def narrow_threads_mode() -> str:
-    """`VOICE_AGENT_NARROW_THREADS`: auto (measured, the default), one, or all."""
-    mode = (os.environ.get(NARROW_THREADS_ENV) or "auto").strip().lower()
+def narrow_threads_mode(mode: str | None = None) -> str:
+    """`mode`, else `VOICE_AGENT_NARROW_THREADS`: auto (measured, the default), one, or all."""
+    mode = (mode or os.environ.get(NARROW_THREADS_ENV) or "auto").strip().lower()
     if mode not in NARROW_THREADS_MODES:
         raise NarrowThreadsError(f"{NARROW_THREADS_ENV}={mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
     return mode
@@ -97,9 +97,7 @@ class NarrowThreads:
 
     def __init__(self, limit: int, mode: str | None = None, explore_every: int = EXPLORE_EVERY) -> None:
         self.limit = limit
-        self.mode = mode or narrow_threads_mode()
-        if self.mode not in NARROW_THREADS_MODES:
-            raise NarrowThreadsError(f"narrow threads mode {self.mode!r}: expected one of {', '.join(NARROW_THREADS_MODES)}")
+        self.mode = narrow_threads_mode(mode)
         self.explore_every = explore_every
         self._cost: dict[tuple[int, bool], float] = {}  # (width class, serial) -> running ms
         self._seen: dict[int, int] = {}  # width class -> passes chosen for

@@ -93,12 +93,17 @@ class Precision:
         return self.name == "w8a8"
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """This CPU's flags (and the rest of /proc/cpuinfo's words); empty where it cannot be read."""
+    try:
+        return set(cpuinfo.read_text().split())
+    except OSError:
+        return set()
+
+
 def native_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     """The CPU flags that make bf16 matmuls fast here (empty when there are none)."""
-    try:
-        flags = set(cpuinfo.read_text().split())
-    except OSError:
-        return []
+    flags = cpu_flags(cpuinfo)
     return [f for f in NATIVE_BF16_FLAGS if f in flags]
 
 
@@ -167,4 +172,4 @@ def resolve_precision(choice: str | torch.dtype | None = None, *, int8_checked: 
 
 
 __all__ = ["BF16_TOLERANCE", "FP32_LINEARS", "FP32_LINEARS_ENV", "PRECISIONS", "PRECISION_ENV", "Precision",
-           "PrecisionError", "fp32_linears", "int8_activation_dtype", "native_bf16_flags", "resolve_precision"]
+           "PrecisionError", "cpu_flags", "fp32_linears", "int8_activation_dtype", "native_bf16_flags", "resolve_precision"]

@@ -32,12 +32,15 @@ def test_an_engine_tool_prints_a_bad_setting_and_exits_2():
     assert "python -m engine.bench: error [invalid_precision]" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_loadtest_whose_server_cannot_start_names_the_servers_error(monkeypatch):
+def test_a_loadtest_whose_server_cannot_start_names_the_servers_error(monkeypatch, tmp_path):
     monkeypatch.setenv("VOICE_AGENT_NARROW_THREADS", "three")
-    try:
-        loadtest_main(["--concurrency", "1", "--max-tokens", "4"])
-    except EngineError as e:
-        assert e.code == "server_start_failed"
-        assert "exited with code 2" in str(e) and "[invalid_narrow_threads]" in str(e)
-    else:
-        raise AssertionError("the load test ran without a server")
+    log = tmp_path / "server.log"
+    for extra in ([], ["--server-log", str(log)]):  # the log in a temporary file, or where asked
+        try:
+            loadtest_main(["--concurrency", "1", "--max-tokens", "4", *extra])
+        except EngineError as e:
+            assert e.code == "server_start_failed"
+            assert "exited with code 2" in str(e) and "[invalid_narrow_threads]" in str(e)
+        else:
+            raise AssertionError("the load test ran without a server")
+    assert "[invalid_narrow_threads]" in log.read_text()

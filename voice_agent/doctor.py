@@ -138,6 +138,8 @@ def _first(folder: Path, pattern: str) -> Path | None:
 # --- the CPU and precision -------------------------------------------------------------------------
 
 def check_precision() -> list[Check]:
+    from engine.precision import cpu_flags
+
     flags = cpu_flags()
     native = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
     cpu = Check("CPU bf16 flags", "ok", ", ".join(native) if native else
@@ -185,16 +187,11 @@ def check_narrow_threads() -> Check:
     return Check("narrow pass threads", "ok", f"{mode} ({NARROW_THREADS_ENV}={mode})")
 
 
-def cpu_flags() -> set[str]:
-    try:
-        return set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return set()
-
-
 def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set[str] | None = None) -> Check:
     """The optional llama.cpp peer of `python -m engine.bench`: a build with AMX dies of SIGILL on some
     AMX CPUs (README, Troubleshooting). No voice-agent command needs it."""
+    from engine.precision import cpu_flags
+
     if system_info is None:
         from engine.peer_llamacpp import llamacpp_available, llamacpp_system_info
 
