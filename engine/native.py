@@ -1,24 +1,34 @@
-"""Native layers: every layer of a w8a8 pass over a KV cache in one C++ call (engine/csrc/native_layers.cpp).
+"""Native layers: every layer of a w8a8 pass over a KV cache in one C++ call (engine/csrc/).
 
 A narrow pass (the verify passes of a decode: 1-8 tokens) is short on arithmetic, so on a CPU its time
-goes to Python and per-op dispatch: ~25 ATen calls and 6 module calls a layer. The C++ loop makes the
-same ATen calls in the same order, so its hidden states and cache writes are bit-identical to
-engine/model.py's (tests/test_native.py), with the GIL released. Wide passes (a turn's first pass, which
-carries its new prompt, and prefills) go the same way through the packed de-quantised weights.
-Measured on an AMD EPYC with AVX512-BF16 (2026-12-06, the default model, 480-token cache, threads as the
-runner sets them, one process, `engine.bench.ms_per_pass` medians), ms at 1 / 4 / 8 / 16 / 32 tokens:
-Python 21.3 / 23.2 / 29.3 / 45.8 / 62.0, native 12.5 / 14.1 / 18.6 / 29.7 / 47.8.
+goes to Python, per-op dispatch and the int8 kernel's set-up: ~25 ATen calls and 6 module calls a layer.
+- native_layers.cpp runs the layer loop with the GIL released. A wide pass (a turn's first pass, which
+  carries its new prompt, and prefills) makes the same ATen calls in the same order as engine/model.py,
+  bit-identical to it (tests/test_native.py), through the packed de-quantised weights.
+- narrow_kernels.cpp: in a narrow pass, hand loops replace the ops between the linears (RMSNorm, RoPE and
+  the cache write, attention over the cache, SiLU * up): the same numbers up to fp32 rounding; they
+  attend in fp32 where SDPA rounds its softmax to bf16 (tests/test_native.py).
+- int8_gemv.cpp (`Int8Matrix`, also what W8A8Linear runs for 1-2 rows): int8 x int8 products with
+  AVX512-VNNI or AVX2 that read each weight row once, with PyTorch's dynamic int8 numbers
+  (tests/test_int8_gemv.py).
+Measured on an AMD EPYC with AVX512-BF16 (2026-12-06, the default model, 480-token cache, 2 threads,
+one process, passes interleaved), ms per pass at 1 / 2 / 3 / 4 / 8 tokens: ATen's ops 10.7 / 10.8 /
+11.6 / 13.3 / 20.5, hand loops and Int8Matrix 7.5 / 8.2 / 9.2 / 11.1 / 16.4.
 
 It serves w8a8 models only (the CPU default where bf16 is native) with fused q/k/v and gate/up, no q/k
-norm and oneDNN-packed weights, in passes over a KV cache; any other pass runs the Python layers.
+norm and oneDNN-packed weights, in passes over a KV cache; any other pass runs the Python layers. The
+hand loops need head size 64 or 128 and a bf16 or fp32 cache, else a narrow pass takes ATen's ops.
 
 The extension is compiled once, with PyTorch's own `torch.utils.cpp_extension` (g++ and ninja; setup.sh
-builds it), into `native_dir()`. Where it cannot be built the engine says so once and runs the Python
-layers: the same numbers, slower. `VOICE_AGENT_NATIVE=0` turns it off (e.g. to measure the difference).
+builds it), into `native_dir()`; each hot loop is compiled for AVX512, AVX2 and baseline x86-64 and
+picked when it loads. Where it cannot be built the engine says so once and runs the Python layers and
+PyTorch's int8 kernel: the same model, slower. `VOICE_AGENT_NATIVE=0` turns it off (e.g. to measure the
+difference).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -32,9 +42,15 @@ log = logging.getLogger(__name__)
 
 NATIVE_ENV = "VOICE_AGENT_NATIVE"
 NATIVE_DIR_ENV = "VOICE_AGENT_NATIVE_DIR"
-SOURCE = Path(__file__).parent / "csrc" / "native_layers.cpp"
-# Keyed by the torch version: an extension built against another torch's headers must not load.
-EXTENSION = "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__)
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = [CSRC / "native_layers.cpp", CSRC / "narrow_kernels.cpp", CSRC / "int8_gemv.cpp"]
+# -fopenmp: at::parallel_for is OpenMP in ATen's headers; without the flag its pragma is ignored and
+# every loop runs on one thread. The process shares torch's libgomp (same soname, loaded first).
+CFLAGS = ["-O3", "-fopenmp"]
+# Keyed by the torch version (an extension built against another torch's headers must not load) and by
+# the sources, headers included, and flags (torch's own rebuild check reads only the .cpp files).
+_SOURCE_HASH = hashlib.sha1(b"".join(f.read_bytes() for f in sorted(CSRC.iterdir())) + " ".join(CFLAGS).encode()).hexdigest()[:10]
+EXTENSION = "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__) + "_" + _SOURCE_HASH
 
 _lock = threading.Lock()
 _state: dict[str, ModuleType | str] = {}  # "module" or "error", once tried
@@ -64,7 +80,7 @@ def load_extension() -> ModuleType | None:
                 native_dir().mkdir(parents=True, exist_ok=True)
                 if not built_path().exists():  # say why the first load pauses
                     log.warning("building the native layers once (~30 s) into %s", native_dir())
-                _state["module"] = load(EXTENSION, [str(SOURCE)], extra_cflags=["-O2"],
+                _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
                                         build_directory=str(native_dir()), verbose=False)
             except Exception as e:  # no compiler, no ninja, a read-only home: the Python layers still run
                 _state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -77,6 +93,17 @@ def load_extension() -> ModuleType | None:
 def build_error() -> str | None:
     err = _state.get("error")
     return err if isinstance(err, str) else None
+
+
+def int8_matrix(q_weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
+    """The narrow-pass int8 kernel (engine/csrc/int8_gemv.cpp) for an int8 [N, K] weight, or None where
+    it is off, not built, or this CPU has neither AVX512-VNNI nor AVX2 (PyTorch's kernel runs then)."""
+    if not enabled():
+        return None
+    ext = load_extension()
+    if ext is None or not ext.Int8Matrix.available(q_weight.shape[1]):
+        return None
+    return ext.Int8Matrix(q_weight, scales, bias)
 
 
 def native_layers_for(model) -> tuple[object | None, str]:
@@ -99,7 +126,8 @@ def native_layers_for(model) -> tuple[object | None, str]:
             return None, "needs oneDNN-packed weights and one narrow-pass cutoff"
         if any(norm.weight_fp32 is None for norm in (layer.input_layernorm, layer.post_attention_layernorm)):
             return None, "not a w8a8 model with an fp32 stream"
-        linears += [(lin._packed, lin._dense_packed, lin.bias, str(lin.dense_dtype).replace("torch.", "")) for lin in lins]
+        linears += [(lin._packed, lin._dense_packed, lin.bias, str(lin.dense_dtype).replace("torch.", ""), lin._gemv)
+                    for lin in lins]
     if model.embed_tokens.weight.device.type != "cpu":
         return None, "CPU only (PyTorch's quantized kernels)"
     ext = load_extension()
@@ -112,4 +140,5 @@ def native_layers_for(model) -> tuple[object | None, str]:
     return native, "on"
 
 
-__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "load_extension", "native_layers_for", "native_dir"]
+__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "int8_matrix", "load_extension", "native_layers_for",
+           "native_dir"]

@@ -13,7 +13,8 @@ the embedding table stays in the activation dtype (a lookup reads only the rows 
 
 W8A8 keeps those per-channel int8 weights in PyTorch's FBGEMM/oneDNN packed form and quantises each
 input on the fly (one asymmetric uint8 scale per call: `torch.ops.quantized.linear_dynamic`), so
-the matmul runs int8 x int8. Without AVX512 that kernel streams the weights at memory speed where
+the matmul runs int8 x int8. For 1-2 rows it runs engine.native's `Int8Matrix` instead (the same
+numbers; it reads each weight row once, where FBGEMM's set-up costs a 1-row call as much as its reads). Without AVX512 that kernel streams the weights at memory speed where
 `_weight_int8pack_mm` de-quantises them in bf16 (measured below).
 
 What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/test_quant.py checks it on tiny
@@ -189,6 +190,9 @@ class W8A8Linear(nn.Module):
             dense = None
         self.register_buffer("dense_weight", dense, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
+        from engine.native import int8_matrix  # here: engine.native imports this module
+
+        self._gemv = int8_matrix(q.int_repr(), scales, self.bias)  # None: linear_dynamic's kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -204,7 +208,10 @@ class W8A8Linear(nn.Module):
                 y = y + self.bias.to(x.dtype)
         else:
             # reduce_range: 7-bit activations, so the AVX2 u8 x s8 pair sums cannot saturate int16
-            y = torch.ops.quantized.linear_dynamic(x2.float().contiguous(), self._packed, True).to(x.dtype)
+            if self._gemv is not None and x2.shape[0] <= self._gemv.max_rows:
+                y = self._gemv.forward(x2).to(x.dtype)
+            else:
+                y = torch.ops.quantized.linear_dynamic(x2.float().contiguous(), self._packed, True).to(x.dtype)
         return y.view(*shape[:-1], self.out_features)
 
     def dequantized(self) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""Native layers (engine/native.py): every layer of a w8a8 pass over a KV cache in one C++ call, with
-the same hidden states and the same cache writes, bit for bit, as the Python layers."""
+"""Native layers (engine/native.py): every layer of a w8a8 pass over a KV cache in one C++ call. Through
+ATen's ops they give the same hidden states and cache writes, bit for bit, as the Python layers; through
+the hand loops of a narrow pass (engine/csrc/narrow_kernels.cpp) the same up to fp32 rounding."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ from engine.model import ModelConfig, Transformer, init_random
 from engine.quant import quantize_w8a8
 
 
-def w8a8_model(n_heads: int = 4, n_kv_heads: int = 2, qkv_bias: bool = False, qk_norm: bool = False) -> Transformer:
-    cfg = ModelConfig(vocab_size=96, dim=64, n_layers=3, n_heads=n_heads, n_kv_heads=n_kv_heads,
+def w8a8_model(n_heads: int = 4, n_kv_heads: int = 2, qkv_bias: bool = False, qk_norm: bool = False,
+               head_dim: int = 16) -> Transformer:
+    model = bf16_model(n_heads, n_kv_heads, qkv_bias, qk_norm, head_dim)
+    quantize_w8a8(model)
+    return model
+
+
+def bf16_model(n_heads: int, n_kv_heads: int, qkv_bias: bool, qk_norm: bool, head_dim: int) -> Transformer:
+    """A tiny random model in bf16 (the same weights for the same arguments)."""
+    cfg = ModelConfig(vocab_size=96, dim=head_dim * n_heads, n_layers=3, n_heads=n_heads, n_kv_heads=n_kv_heads,
                       intermediate_size=128, qkv_bias=qkv_bias, qk_norm=qk_norm, max_seq_len=64)
     model = Transformer(cfg)
     init_random(model, seed=5)
@@ -21,14 +30,12 @@ def w8a8_model(n_heads: int = 4, n_kv_heads: int = 2, qkv_bias: bool = False, qk
     for name, p in model.named_parameters():  # init_random leaves norms at one and biases at zero: make them count
         if "norm" in name or name.endswith("bias"):
             p.data.add_(torch.randn(p.shape, generator=g) * 0.1)
-    model = model.to(torch.bfloat16)
-    quantize_w8a8(model)
-    return model
+    return model.to(torch.bfloat16)
 
 
-def filled_cache(model: Transformer, batch: int, lengths: list[int]) -> KVCache:
+def filled_cache(model: Transformer, batch: int, lengths: list[int], dtype=torch.bfloat16) -> KVCache:
     cfg = model.cfg
-    cache = KVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, capacity=48, dtype=torch.bfloat16)
+    cache = KVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, capacity=48, dtype=dtype)
     g = torch.Generator().manual_seed(7)
     cache.k.copy_(torch.randn(cache.k.shape, generator=g))
     cache.v.copy_(torch.randn(cache.v.shape, generator=g))
@@ -59,11 +66,13 @@ def extension():
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("causal", [True, False])
 def test_native_passes_are_bit_identical_to_the_python_layers(extension, heads, qkv_bias, batch, causal):
-    """Narrow passes (an fp32 stream into int8 x int8, query groups folded) and wide ones (the model's
-    dtype into the packed de-quantised weights), one row (written by its start) or two (by slots)."""
+    """Narrow passes through ATen's ops (an fp32 stream into int8 x int8, query groups folded) and wide
+    ones (the model's dtype into the packed de-quantised weights), one row (written by its start) or two
+    (by slots)."""
     model = w8a8_model(*heads, qkv_bias=qkv_bias)
     layers, why = native.native_layers_for(model)
     assert why == "on"
+    layers.fused_narrow = False
     lengths = [20, 13][:batch]
     up_to = model.fp32_stream_up_to
     for t in sorted({1, up_to // batch, up_to // batch + 1, 12}):
@@ -118,3 +127,69 @@ def test_the_default_engine_runs_native_layers_where_it_is_w8a8(extension):
     assert eng.model.native_layers is native_layers and eng.runner.narrow_threads is chooser
     bf16 = Engine.load("default", precision="bf16")
     assert "native_layers" not in bf16.runner.info and bf16.model.native_layers is None
+
+
+FUSED_SHAPES = (((4, 2), 64), ((3, 1), 64), ((2, 2), 128))  # GQA, one KV head, MHA; head sizes 64 and 128
+
+
+def fused_cases():
+    """(model, its unquantised fp32 twin, batch, tokens), 1 and 2 rows, every narrow width."""
+    for heads, head_dim in FUSED_SHAPES:
+        model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim)
+        twin = bf16_model(*heads, qkv_bias=True, qk_norm=False, head_dim=head_dim).float()
+        for batch in (1, 2):
+            for t in range(1, model.fp32_stream_up_to // batch + 1):
+                yield model, twin, batch, torch.randint(0, 96, (batch, t), generator=torch.Generator().manual_seed(t))
+
+
+def test_fused_narrow_passes_match_the_python_layers_up_to_fp32_rounding(extension):
+    """With an fp32 cache both attend in fp32, so only the order of the sums differs (RMSNorm, attention,
+    exp): ~1e-6. The int8 activations are quantised per pass to 7 bits, so in a rare case such a last-bit
+    difference moves one activation across a rounding step and the pass differs by that step; a wrong
+    mask, slot or scale would move every case far more."""
+    diffs, writes = [], []
+    for model, _, batch, tokens in fused_cases():
+        layers, why = native.native_layers_for(model)
+        assert why == "on" and layers.fused_narrow
+        model.native_layers = None
+        py_cache = filled_cache(model, batch, [20, 13][:batch], torch.float32)
+        h_py = pass_over(model, py_cache, tokens, causal=True)
+        model.native_layers = layers
+        nat_cache = filled_cache(model, batch, [20, 13][:batch], torch.float32)
+        h_nat = pass_over(model, nat_cache, tokens, causal=True)
+        assert h_nat.dtype == torch.float32
+        diffs.append(float((h_nat - h_py).abs().max() / h_py.abs().max()))
+        writes.append(float(max((nat_cache.k - py_cache.k).abs().max(), (nat_cache.v - py_cache.v).abs().max())))
+        untouched = filled_cache(model, batch, [20, 13][:batch], torch.float32)
+        for row, n in enumerate([20, 13][:batch]):  # only the pass's own slots were written
+            t = tokens.shape[1]
+            for cache_k, ref_k in ((nat_cache.k, untouched.k), (nat_cache.v, untouched.v)):
+                assert torch.equal(cache_k[:, row, :, :n], ref_k[:, row, :, :n])
+                assert torch.equal(cache_k[:, row, :, n + t:], ref_k[:, row, :, n + t:])
+                assert not torch.equal(cache_k[:, row, :, n:n + t], ref_k[:, row, :, n:n + t])
+    close = [d for d in diffs if d <= 1e-5]
+    assert len(close) >= 0.8 * len(diffs), diffs
+    assert max(diffs) < 0.05, diffs  # a rounding step, not a wrong attention
+    assert sorted(writes)[len(writes) // 2] <= 1e-6, writes
+
+
+def test_fused_narrow_passes_on_a_bf16_cache_are_as_close_to_the_unquantised_model(extension):
+    """On the bf16 cache that engines use, SDPA (the Python layers) rounds its softmax to bf16 while the
+    hand loops attend in fp32: both stay as close to the same weights unquantised, in fp32."""
+    err_nat, err_py = [], []
+    for model, twin, batch, tokens in fused_cases():
+        layers, _ = native.native_layers_for(model)
+        model.native_layers = None
+        h_py = pass_over(model, filled_cache(model, batch, [20, 13][:batch]), tokens, causal=True)
+        model.native_layers = layers
+        h_nat = pass_over(model, filled_cache(model, batch, [20, 13][:batch]), tokens, causal=True)
+        ref_cache = filled_cache(model, batch, [20, 13][:batch], torch.float32)
+        bf16_cache = filled_cache(model, batch, [20, 13][:batch])
+        ref_cache.k.copy_(bf16_cache.k)  # the same cached values, in fp32
+        ref_cache.v.copy_(bf16_cache.v)
+        h_ref = pass_over(twin, ref_cache, tokens, causal=True)
+        err_nat.append(float((h_nat - h_ref).abs().max()))
+        err_py.append(float((h_py - h_ref).abs().max()))
+    assert sum(err_nat) <= 1.2 * sum(err_py), (err_nat, err_py)
+    assert max(e / p for e, p in zip(err_nat, err_py, strict=True)) < 2.0, (err_nat, err_py)
+

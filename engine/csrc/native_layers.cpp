@@ -8,23 +8,72 @@
 // about a third of its time.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <ATen/Parallel.h>
 #include <torch/extension.h>
+
+#include "int8_gemv.h"
+#include "narrow_kernels.h"
 
 namespace py = pybind11;
 
-// One W8A8Linear: its packed int8 params (narrow passes) and its packed de-quantised weight and bias
-// (wide passes).
+// A W8A8Linear's int8 weight [N, K] for narrow passes through int8_gemv.cpp, with its per-channel
+// scales, row sums (for the activations' zero point) and bias.
+class Int8Matrix {
+ public:
+  // `isa`: "auto" (the best this CPU has), or "avx512_vnni" / "avx2" to run that kernel (tests run both)
+  Int8Matrix(at::Tensor weight, at::Tensor scales, c10::optional<at::Tensor> bias, const std::string& isa)
+      : isa_(gemv::named(isa)), w_(weight.contiguous()), scales_(scales.to(at::kFloat).contiguous()),
+        rowsum_(weight.to(at::kInt).sum(1).to(at::kInt).contiguous()),
+        bias_(bias ? c10::optional<at::Tensor>(bias->to(at::kFloat).contiguous()) : c10::nullopt) {
+    TORCH_CHECK(w_.scalar_type() == at::kChar && w_.dim() == 2, "Int8Matrix: an int8 [N, K] weight");
+    TORCH_CHECK(gemv::supported(isa_, w_.size(1)), "Int8Matrix: no ", isa, " int8 kernel on this CPU for K=", w_.size(1));
+  }
+
+  static bool available(int64_t k) { return gemv::supported(gemv::named("auto"), k); }
+
+  // x [..., K] (1 to gemv::kMaxRows rows) -> fp32 [..., N]
+  at::Tensor forward(const at::Tensor& x) const {
+    const int64_t n = w_.size(0), k = w_.size(1);
+    auto x2 = x.reshape({-1, k}).to(at::kFloat).contiguous();
+    const int64_t m = x2.size(0);
+    TORCH_CHECK(m >= 1 && m <= gemv::kMaxRows, "Int8Matrix: 1 to ", gemv::kMaxRows, " rows, got ", m);
+    auto xq = at::empty({m, k}, x2.options().dtype(at::kByte));
+    const auto q = gemv::quantize(x2.data_ptr<float>(), m * k, xq.data_ptr<uint8_t>());
+    auto acc = at::empty({m, n}, x2.options().dtype(at::kInt));
+    const uint8_t* xp = xq.data_ptr<uint8_t>();
+    const int8_t* wp = w_.data_ptr<int8_t>();
+    int32_t* ap = acc.data_ptr<int32_t>();
+    // a thread's share should stream at least ~150 KB of weights, or waking it costs more than it gives
+    const int64_t grain = std::max<int64_t>(64, 150000 / k);
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { gemv::rows(isa_, xp, m, k, wp, n0, n1, n, ap); });
+    auto y = at::empty({m, n}, x2.options());
+    gemv::dequantize(ap, m, n, q, rowsum_.data_ptr<int32_t>(), scales_.data_ptr<float>(),
+                     bias_ ? bias_->data_ptr<float>() : nullptr, y.data_ptr<float>());
+    auto shape = x.sizes().vec();
+    shape.back() = n;
+    return y.view(shape);
+  }
+
+ private:
+  gemv::Isa isa_;
+  at::Tensor w_, scales_, rowsum_;
+  c10::optional<at::Tensor> bias_;
+};
+
+// One W8A8Linear: its packed int8 params or its Int8Matrix (narrow passes) and its packed
+// de-quantised weight and bias (wide passes).
 struct Linear {
   c10::IValue packed;
   at::Tensor dense;
   c10::optional<at::Tensor> bias;
   at::ScalarType dense_dtype;
+  std::shared_ptr<Int8Matrix> gemv;
 };
 
 class NativeLayers {
  public:
   // Per layer: the two RMSNorm weights in the model's dtype and in fp32, then 4 linears (qkv, o,
-  // gate_up, down), each as (packed, dense_packed, bias or None, dense dtype name).
+  // gate_up, down), each as (packed, dense_packed, bias or None, dense dtype name, Int8Matrix or None).
   NativeLayers(std::vector<at::Tensor> norms, std::vector<at::Tensor> norms_fp32, const std::vector<py::tuple>& linears,
                double eps, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
       : norms_(std::move(norms)), norms_fp32_(std::move(norms_fp32)), eps_(eps), nh_(n_heads), nkv_(n_kv_heads),
@@ -36,7 +85,8 @@ class NativeLayers {
     for (const auto& lin : linears) {
       auto bias = lin[2].is_none() ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(lin[2].cast<at::Tensor>());
       auto dtype = lin[3].cast<std::string>() == "bfloat16" ? at::kBFloat16 : at::kFloat;
-      linears_.push_back({torch::jit::toIValue(lin[0], c10::AnyType::get()), lin[1].cast<at::Tensor>(), bias, dtype});
+      auto gemv = lin[4].is_none() ? nullptr : lin[4].cast<std::shared_ptr<Int8Matrix>>();
+      linears_.push_back({torch::jit::toIValue(lin[0], c10::AnyType::get()), lin[1].cast<at::Tensor>(), bias, dtype, gemv});
     }
   }
 
@@ -48,6 +98,8 @@ class NativeLayers {
                      const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t start, const at::Tensor& slots,
                      int64_t span, int64_t fold, bool narrow) const {
     py::gil_scoped_release no_gil;  // other calls' threads run Python meanwhile
+    if (narrow && fused_narrow && fusable(x, mask, k_cache, v_cache, slots, start))
+      return forward_narrow(x, cos, ssin, mask, k_cache, v_cache, start, slots, span);
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
     const auto kv_dtype = k_cache.scalar_type();
     at::Tensor rows;
@@ -85,7 +137,62 @@ class NativeLayers {
     return x;
   }
 
+  // Narrow passes run the hand loops of narrow_kernels.cpp around the linears (false: the ATen ops
+  // above, as the Python layers take them; for tests and same-run comparisons).
+  bool fused_narrow = true;
+
  private:
+  bool fusable(const at::Tensor& x, const c10::optional<at::Tensor>& mask, const at::Tensor& k_cache,
+               const at::Tensor& v_cache, const at::Tensor& slots, int64_t start) const {
+    const auto kv = k_cache.scalar_type();
+    return x.scalar_type() == at::kFloat && x.device().is_cpu() && (kv == at::kBFloat16 || kv == at::kFloat) &&
+           v_cache.scalar_type() == kv && k_cache.is_contiguous() && v_cache.is_contiguous() && (hd_ == 64 || hd_ == 128) &&
+           (!mask || mask->scalar_type() == at::kBool) &&
+           (start >= 0 || (slots.scalar_type() == at::kLong && slots.is_contiguous()));
+  }
+
+  // A narrow pass: per layer four ATen calls (the int8 x int8 linears) and hand loops between them.
+  at::Tensor forward_narrow(at::Tensor x, const at::Tensor& cos, const at::Tensor& ssin,
+                            const c10::optional<at::Tensor>& mask, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            int64_t start, const at::Tensor& slots, int64_t span) const {
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2), rows = b * t;
+    x = x.contiguous().clone();  // the residual stream, updated in place
+    auto cosf = cos.to(at::kFloat).contiguous(), ssinf = ssin.to(at::kFloat).contiguous();
+    auto visible = mask ? mask->contiguous() : at::Tensor();  // a folded mask may be a strided view
+    narrow::Pass p{b, t, nh_, nkv_, hd_, k_cache.size(3), span, start,
+                   start >= 0 ? nullptr : slots.data_ptr<int64_t>(),
+                   mask ? visible.data_ptr<bool>() : nullptr, mask ? visible.size(2) : 0,
+                   k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
+    float* xs = x.data_ptr<float>();
+    auto h = at::empty({b, t, d}, x.options());
+    auto q = at::empty({rows, nh_ * hd_}, x.options());
+    auto y = at::empty({b, t, nh_ * hd_}, x.options());
+    const int64_t groups = b * nkv_;
+    for (size_t i = 0; i < norms_.size() / 2; ++i) {
+      narrow::rms_norm(xs, norms_fp32_[2 * i].data_ptr<float>(), h.data_ptr<float>(), rows, d, static_cast<float>(eps_));
+      auto qkv = linear(h, 4 * i, true).contiguous();
+      narrow::rope_write(p, qkv.data_ptr<float>(), cosf.data_ptr<float>(), ssinf.data_ptr<float>(), q.data_ptr<float>(),
+                         static_cast<int>(i));
+      // query groups split over the threads: against ATen's SDPA (flash) on the same pass, whole passes
+      // at 1 / 2 / 3 / 4 / 6 / 8 tokens 8.9 / 10.2 / 11.5 / 11.6 / 16.8 / 20.1 ms vs 11.8 / 12.4 / 13.3 /
+      // 12.7 / 18.0 / 19.9 (AMD EPYC with AVX512-BF16, 2 threads, 480-token cache, interleaved, 2026-12-06)
+      at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+        narrow::attend(p, q.data_ptr<float>(), y.data_ptr<float>(), static_cast<int>(i), g0, g1);
+      });
+      auto o = linear(y, 4 * i + 1, true).contiguous();
+      narrow::add(xs, o.data_ptr<float>(), rows * d);
+      narrow::rms_norm(xs, norms_fp32_[2 * i + 1].data_ptr<float>(), h.data_ptr<float>(), rows, d,
+                       static_cast<float>(eps_));
+      auto gate_up = linear(h, 4 * i + 2, true).contiguous();
+      const int64_t inter = gate_up.size(-1) / 2;
+      auto act = at::empty({b, t, inter}, x.options());
+      narrow::silu_mul(gate_up.data_ptr<float>(), act.data_ptr<float>(), rows, inter);
+      auto down = linear(act, 4 * i + 3, true).contiguous();
+      narrow::add(xs, down.data_ptr<float>(), rows * d);
+    }
+    return x;
+  }
+
   // engine.model.RMSNorm: one op on an fp32 stream; in fp32, then weighted in the stream's dtype, else.
   at::Tensor rms_norm(const at::Tensor& x, size_t i) const {
     if (x.scalar_type() == at::kFloat) return at::rms_norm(x, {x.size(-1)}, norms_fp32_[i], eps_);
@@ -97,7 +204,9 @@ class NativeLayers {
     const auto& lin = linears_[i];
     auto x2 = x.reshape({-1, x.size(-1)});
     at::Tensor y;
-    if (narrow) {  // reduce_range: 7-bit activations (the AVX2 u8 x s8 pair sums cannot saturate int16)
+    if (narrow && lin.gemv && x2.size(0) <= gemv::kMaxRows) {
+      y = lin.gemv->forward(x2).to(x.scalar_type());
+    } else if (narrow) {  // reduce_range: 7-bit activations (the AVX2 u8 x s8 pair sums cannot saturate int16)
       std::vector<c10::IValue> stack{x2.to(at::kFloat).contiguous(), lin.packed, true};
       linear_dynamic_.callBoxed(&stack);
       y = stack[0].toTensor().to(x.scalar_type());
@@ -122,8 +231,18 @@ class NativeLayers {
 };
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<Int8Matrix, std::shared_ptr<Int8Matrix>>(m, "Int8Matrix")
+      .def(py::init<at::Tensor, at::Tensor, c10::optional<at::Tensor>, const std::string&>(), py::arg("weight"),
+           py::arg("scales"), py::arg("bias"), py::arg("isa") = "auto")
+      .def_static("available", &Int8Matrix::available)
+      .def_readonly_static("max_rows", &gemv::kMaxRows)
+      .def("forward", [](const Int8Matrix& self, const at::Tensor& x) {
+        py::gil_scoped_release no_gil;
+        return self.forward(x);
+      });
   py::class_<NativeLayers>(m, "NativeLayers")
       .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, const std::vector<py::tuple>&, double, int64_t,
                     int64_t, int64_t>())
-      .def("forward", &NativeLayers::forward);
+      .def("forward", &NativeLayers::forward)
+      .def_readwrite("fused_narrow", &NativeLayers::fused_narrow);
 }

@@ -1,0 +1,34 @@
+// int8 x int8 matrix-vector products for narrow passes (engine/csrc/int8_gemv.cpp says why).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace gemv {
+
+enum class Isa { none, avx2, avx512_vnni };
+
+// Rows of x these kernels take. Above, FBGEMM's GEMM is faster: whole passes at 3 / 4 / 6 / 8 tokens
+// 9.2-12.7 / 10.9-12.7 / 14.7-15.1 / 17.9-20.2 ms here against 8.7-12.0 / 9.5-11.4 / 11.6-13.1 /
+// 13.8-15.2 with FBGEMM (at 2 tokens a tie; AMD EPYC with AVX512-BF16, interleaved, 2026-12-06).
+constexpr int64_t kMaxRows = 2;
+
+struct Quant {
+  float scale;
+  int32_t zero_point;
+};
+
+// The instruction set this CPU multiplies int8 with (none: use PyTorch's kernel).
+Isa detect();
+// "auto": detect(); "avx512_vnni" / "avx2": that one where this CPU has it, else none
+Isa named(const std::string& name);
+bool supported(Isa isa, int64_t k);
+// x [count] fp32 -> xq 7-bit unsigned, one scale and zero point for the whole input
+Quant quantize(const float* x, int64_t count, uint8_t* xq);
+// acc [m, n] (rows n0..n1-1 of it) = xq [m, k] . w [n, k]^T in int32; 1 <= m <= kMaxRows
+void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t n,
+          int32_t* acc);
+// y [m, n] = (acc - zp * rowsum) * (scale * scales) + bias
+void dequantize(const int32_t* acc, int64_t m, int64_t n, Quant q, const int32_t* rowsum, const float* scales,
+                const float* bias, float* y);
+
+}  // namespace gemv
