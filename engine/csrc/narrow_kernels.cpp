@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "narrow_kernels.h"
@@ -172,16 +173,26 @@ VA_INLINE void values_rows(const float* __restrict p, const KV* __restrict v, in
     for (int c = 0; c < HC; ++c) store16(out + r * HC * 16 + c * 16, acc[r][c]);
 }
 
-// p[s] = exp(p[s] - shift) where visible (and s < span), else 0; returns the sum
+// fp32 -> the nearest bf16 (ties to even, as ATen's .to(bfloat16)) -> fp32, on 16 finite lanes
+VA_INLINE v16 round_bf16(v16 x) {
+  i16 b;
+  std::memcpy(&b, &x, sizeof b);
+  b = (b + 0x7FFF + ((b >> 16) & 1)) & static_cast<int32_t>(0xFFFF0000u);
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// p[s] = exp(p[s] - shift) where visible (and s < span), else 0; returns their sum. With `round`, the
+// p kept are rounded to bf16 after the sum is taken: what SDPA's flash kernel multiplies a bf16 V by.
 VA_INLINE float exp_shifted(float* __restrict p, float shift, const bool* __restrict visible, int64_t span,
-                            int64_t span_pad) {
+                            int64_t span_pad, bool round) {
   v16 total = {};
   for (int64_t j = 0; j < span_pad; j += 16) {
     v16 e = exp16(load16(p + j) - shift);
     for (int l = 0; l < 16; ++l)
       if (j + l >= span || (visible && !visible[j + l])) e[l] = 0.0f;
-    store16(p + j, e);
     total += e;
+    store16(p + j, round ? round_bf16(e) : e);
   }
   float sum = 0;
   for (int l = 0; l < 16; ++l) sum += total[l];
@@ -196,6 +207,7 @@ VA_INLINE void attend_rows(const float* __restrict q, const KV* __restrict k, co
                            int64_t rep, int64_t span, float scale, const bool* visible, int64_t mask_stride,
                            float* __restrict scores, float* __restrict out) {
   const int64_t span_pad = (span + 15) / 16 * 16, hd = 16 * HC;
+  float inv[8 * 16];  // 1 / softmax sum per row (rows <= 8 tokens x 16 query heads per KV head)
   for (int64_t r = 0; r < rows; ++r) scores_row<HC>(q + r * hd, k, span, scale, scores + r * span_pad);
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = scores + r * span_pad;
@@ -205,14 +217,17 @@ VA_INLINE void attend_rows(const float* __restrict q, const KV* __restrict k, co
       if (!m || m[s]) best = std::max(best, sr[s]);
     if (best == -std::numeric_limits<float>::infinity()) {  // no key visible: zeros, not NaN
       std::fill(sr, sr + span_pad, 0.0f);
+      inv[r] = 0.0f;
       continue;
     }
-    const float inv = 1.0f / exp_shifted(sr, best, m, span, span_pad);
-    for (int64_t s = 0; s < span; ++s) sr[s] *= inv;
+    // normalised after the weighted sum, as SDPA's flash kernel does
+    inv[r] = 1.0f / exp_shifted(sr, best, m, span, span_pad, std::is_same<KV, c10::BFloat16>::value);
   }
   int64_t r0 = 0;
   for (; r0 + 3 <= rows; r0 += 3) values_rows<3, HC>(scores + r0 * span_pad, v, span, span_pad, out + r0 * hd);
   for (; r0 < rows; ++r0) values_rows<1, HC>(scores + r0 * span_pad, v, span, span_pad, out + r0 * hd);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < hd; ++j) out[r * hd + j] *= inv[r];
 }
 
 // One clone set per cache dtype (target_clones wants plain functions); head_dim 64 or 128.

@@ -146,7 +146,7 @@ class NativeLayers {
                const at::Tensor& v_cache, const at::Tensor& slots, int64_t start) const {
     const auto kv = k_cache.scalar_type();
     return x.scalar_type() == at::kFloat && x.device().is_cpu() && (kv == at::kBFloat16 || kv == at::kFloat) &&
-           v_cache.scalar_type() == kv && k_cache.is_contiguous() && v_cache.is_contiguous() && (hd_ == 64 || hd_ == 128) &&
+           v_cache.scalar_type() == kv && k_cache.is_contiguous() && v_cache.is_contiguous() && (hd_ == 64 || hd_ == 128) && x.size(1) * (nh_ / nkv_) <= 128 &&
            (!mask || mask->scalar_type() == at::kBool) &&
            (start >= 0 || (slots.scalar_type() == at::kLong && slots.is_contiguous()));
   }
