@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 NATIVE_ENV = "VOICE_AGENT_NATIVE"
 NATIVE_DIR_ENV = "VOICE_AGENT_NATIVE_DIR"
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = [CSRC / "native_layers.cpp", CSRC / "narrow_kernels.cpp", CSRC / "int8_gemv.cpp"]
+SOURCES = [CSRC / "native_layers.cpp", CSRC / "narrow_kernels.cpp", CSRC / "int8_gemv.cpp", CSRC / "narrow_pass.cpp"]
 # -fopenmp: at::parallel_for is OpenMP in ATen's headers; without the flag its pragma is ignored and
 # every loop runs on one thread. The process shares torch's libgomp (same soname, loaded first).
 CFLAGS = ["-O3", "-fopenmp"]

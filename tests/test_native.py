@@ -193,3 +193,27 @@ def test_fused_narrow_passes_on_a_bf16_cache_are_as_close_to_the_unquantised_mod
     assert sum(err_nat) <= 1.2 * sum(err_py), (err_nat, err_py)
     assert max(e / p for e, p in zip(err_nat, err_py, strict=True)) < 2.0, (err_nat, err_py)
 
+
+
+def test_one_region_passes_equal_a_parallel_op_per_linear(extension):
+    """1-2-row passes on several threads run every layer in one OpenMP region whose threads meet at
+    spin barriers (engine/csrc/narrow_pass.cpp): the same kernels on the same shares, so the same bits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for heads, head_dim in FUSED_SHAPES:
+            model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim)
+            layers, _ = native.native_layers_for(model)
+            assert layers.one_region  # every linear has an Int8Matrix
+            for batch, t in ((1, 1), (1, 2), (2, 1)):
+                tokens = torch.randint(0, 96, (batch, t), generator=torch.Generator().manual_seed(t))
+                results = []
+                for one_region in (True, False):
+                    layers.one_region = one_region
+                    cache = filled_cache(model, batch, [20, 13][:batch])
+                    results.append((pass_over(model, cache, tokens, causal=True), cache))
+                (h_one, c_one), (h_ops, c_ops) = results
+                assert torch.equal(h_one, h_ops), (heads, batch, t)
+                assert torch.equal(c_one.k, c_ops.k) and torch.equal(c_one.v, c_ops.v)
+    finally:
+        torch.set_num_threads(threads)

@@ -128,9 +128,9 @@ void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int
 }
 
 void dequantize(const int32_t* acc, int64_t m, int64_t n, Quant q, const int32_t* rowsum, const float* scales,
-                const float* bias, float* y) {
+                const float* bias, float* y, int64_t n0, int64_t n1) {
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = n0; j < n1; ++j) {
       const float v = static_cast<float>(acc[r * n + j] - q.zero_point * rowsum[j]) * (q.scale * scales[j]);
       y[r * n + j] = bias ? v + bias[j] : v;
     }

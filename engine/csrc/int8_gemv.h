@@ -27,8 +27,18 @@ Quant quantize(const float* x, int64_t count, uint8_t* xq);
 // acc [m, n] (rows n0..n1-1 of it) = xq [m, k] . w [n, k]^T in int32; 1 <= m <= kMaxRows
 void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t n,
           int32_t* acc);
-// y [m, n] = (acc - zp * rowsum) * (scale * scales) + bias
+// y [m, n] (columns n0..n1-1 of it) = (acc - zp * rowsum) * (scale * scales) + bias
 void dequantize(const int32_t* acc, int64_t m, int64_t n, Quant q, const int32_t* rowsum, const float* scales,
-                const float* bias, float* y);
+                const float* bias, float* y, int64_t n0, int64_t n1);
+
+// One int8 matrix as the kernels take it.
+struct Matrix {
+  Isa isa;
+  const int8_t* w;  // [n, k]
+  const float* scales;
+  const int32_t* rowsum;
+  const float* bias;  // or null
+  int64_t n, k;
+};
 
 }  // namespace gemv

@@ -13,6 +13,7 @@
 
 #include "int8_gemv.h"
 #include "narrow_kernels.h"
+#include "narrow_pass.h"
 
 namespace py = pybind11;
 
@@ -48,10 +49,15 @@ class Int8Matrix {
     at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { gemv::rows(isa_, xp, m, k, wp, n0, n1, n, ap); });
     auto y = at::empty({m, n}, x2.options());
     gemv::dequantize(ap, m, n, q, rowsum_.data_ptr<int32_t>(), scales_.data_ptr<float>(),
-                     bias_ ? bias_->data_ptr<float>() : nullptr, y.data_ptr<float>());
+                     bias_ ? bias_->data_ptr<float>() : nullptr, y.data_ptr<float>(), 0, n);
     auto shape = x.sizes().vec();
     shape.back() = n;
     return y.view(shape);
+  }
+
+  gemv::Matrix matrix() const {
+    return {isa_, w_.data_ptr<int8_t>(), scales_.data_ptr<float>(), rowsum_.data_ptr<int32_t>(),
+            bias_ ? bias_->data_ptr<float>() : nullptr, w_.size(0), w_.size(1)};
   }
 
  private:
@@ -88,6 +94,13 @@ class NativeLayers {
       auto gemv = lin[4].is_none() ? nullptr : lin[4].cast<std::shared_ptr<Int8Matrix>>();
       linears_.push_back({torch::jit::toIValue(lin[0], c10::AnyType::get()), lin[1].cast<at::Tensor>(), bias, dtype, gemv});
     }
+    bool all_gemv = true;
+    for (const auto& l : linears_) all_gemv = all_gemv && l.gemv;
+    for (size_t i = 0; all_gemv && i < norms_.size() / 2; ++i)
+      layer_matrices_.push_back({norms_fp32_[2 * i].data_ptr<float>(), norms_fp32_[2 * i + 1].data_ptr<float>(),
+                                 linears_[4 * i].gemv->matrix(), linears_[4 * i + 1].gemv->matrix(),
+                                 linears_[4 * i + 2].gemv->matrix(), linears_[4 * i + 3].gemv->matrix()});
+    one_region = all_gemv;
   }
 
   // x [B, T, D]: fp32 for a narrow pass, the model's dtype for a wide one; cos / ssin [B, T, 1, hd];
@@ -140,6 +153,9 @@ class NativeLayers {
   // Narrow passes run the hand loops of narrow_kernels.cpp around the linears (false: the ATen ops
   // above, as the Python layers take them; for tests and same-run comparisons).
   bool fused_narrow = true;
+  // 1-2-row passes on several threads run every layer in one OpenMP region (narrow_pass.cpp), where
+  // every linear has an Int8Matrix; false: a parallel op per linear (for same-run comparisons).
+  bool one_region = true;
 
  private:
   bool fusable(const at::Tensor& x, const c10::optional<at::Tensor>& mask, const at::Tensor& k_cache,
@@ -164,6 +180,27 @@ class NativeLayers {
                    mask ? visible.data_ptr<bool>() : nullptr, mask ? visible.size(2) : 0,
                    k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
     float* xs = x.data_ptr<float>();
+    const int threads = at::get_num_threads();
+    if (one_region && !layer_matrices_.empty() && rows <= gemv::kMaxRows && threads > 1) {
+      int64_t widest = 0, widest_in = 0;
+      for (const auto& l : layer_matrices_) {
+        widest = std::max({widest, l.qkv.n, l.o.n, l.gate_up.n, l.down.n});
+        widest_in = std::max({widest_in, l.qkv.k, l.o.k, l.gate_up.k, l.down.k});
+      }
+      const auto f = x.options();
+      auto h = at::empty({rows, d}, f), qkv = at::empty({rows, layer_matrices_[0].qkv.n}, f);
+      auto q = at::empty({rows, nh_ * hd_}, f), y = at::empty({rows, nh_ * hd_}, f), out = at::empty({rows, d}, f);
+      auto gate_up = at::empty({rows, layer_matrices_[0].gate_up.n}, f);
+      auto act = at::empty({rows, layer_matrices_[0].gate_up.n / 2}, f);
+      auto xq = at::empty({rows, widest_in}, f.dtype(at::kByte));
+      auto acc = at::empty({rows, widest}, f.dtype(at::kInt));
+      narrow::Scratch sc{h.data_ptr<float>(), qkv.data_ptr<float>(), q.data_ptr<float>(), y.data_ptr<float>(),
+                         out.data_ptr<float>(), gate_up.data_ptr<float>(), act.data_ptr<float>(),
+                         xq.data_ptr<uint8_t>(), acc.data_ptr<int32_t>()};
+      narrow::run_layers(p, xs, d, static_cast<float>(eps_), layer_matrices_, cosf.data_ptr<float>(),
+                         ssinf.data_ptr<float>(), sc, threads);
+      return x;
+    }
     auto h = at::empty({b, t, d}, x.options());
     auto q = at::empty({rows, nh_ * hd_}, x.options());
     auto y = at::empty({b, t, nh_ * hd_}, x.options());
@@ -225,6 +262,7 @@ class NativeLayers {
 
   std::vector<at::Tensor> norms_, norms_fp32_;
   std::vector<Linear> linears_;
+  std::vector<narrow::Layer> layer_matrices_;  // empty unless every linear has an Int8Matrix
   double eps_;
   int64_t nh_, nkv_, hd_;
   c10::OperatorHandle linear_dynamic_, linear_packed_;
@@ -244,5 +282,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, const std::vector<py::tuple>&, double, int64_t,
                     int64_t, int64_t>())
       .def("forward", &NativeLayers::forward)
-      .def_readwrite("fused_narrow", &NativeLayers::fused_narrow);
+      .def_readwrite("fused_narrow", &NativeLayers::fused_narrow)
+      .def_readwrite("one_region", &NativeLayers::one_region);
 }

@@ -1,0 +1,29 @@
+// Every layer of a 1-2-row narrow pass in one OpenMP region (engine/csrc/narrow_pass.cpp says why).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "int8_gemv.h"
+#include "narrow_kernels.h"
+
+namespace narrow {
+
+struct Layer {
+  const float* norm_attn;  // the RMSNorm weights, fp32
+  const float* norm_mlp;
+  gemv::Matrix qkv, o, gate_up, down;
+};
+
+// Buffers for one pass, each [rows, its width]: h (dim), qkv, q and y (heads x head_dim), out (dim),
+// gate_up, act (intermediate); xq and acc for the widest linear.
+struct Scratch {
+  float *h, *qkv, *q, *y, *out, *gate_up, *act;
+  uint8_t* xq;
+  int32_t* acc;
+};
+
+// x [rows, d] (the fp32 residual stream) through every layer, on `threads` threads (>= 2).
+void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector<Layer>& layers, const float* cos,
+                const float* ssin, const Scratch& s, int threads);
+
+}  // namespace narrow
