@@ -14,7 +14,8 @@ the embedding table stays in the activation dtype (a lookup reads only the rows 
 W8A8 keeps those per-channel int8 weights in PyTorch's FBGEMM/oneDNN packed form and quantises each
 input on the fly (one asymmetric uint8 scale per call: `torch.ops.quantized.linear_dynamic`), so
 the matmul runs int8 x int8. For 1-2 rows it runs engine.native's `Int8Matrix` instead (the same
-numbers; it reads each weight row once, where FBGEMM's set-up costs a 1-row call as much as its reads). Without AVX512 that kernel streams the weights at memory speed where
+numbers; it reads each weight row once, where FBGEMM's set-up costs a 1-row call as much as its reads;
+`Int8Matrix.alone_rows`). Without AVX512 that kernel streams the weights at memory speed where
 `_weight_int8pack_mm` de-quantises them in bf16 (measured below).
 
 What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/test_quant.py checks it on tiny
@@ -208,7 +209,7 @@ class W8A8Linear(nn.Module):
                 y = y + self.bias.to(x.dtype)
         else:
             # reduce_range: 7-bit activations, so the AVX2 u8 x s8 pair sums cannot saturate int16
-            if self._gemv is not None and x2.shape[0] <= self._gemv.max_rows:
+            if self._gemv is not None and x2.shape[0] <= self._gemv.alone_rows:
                 y = self._gemv.forward(x2).to(x.dtype)
             else:
                 y = torch.ops.quantized.linear_dynamic(x2.float().contiguous(), self._packed, True).to(x.dtype)

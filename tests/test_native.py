@@ -196,7 +196,7 @@ def test_fused_narrow_passes_on_a_bf16_cache_are_as_close_to_the_unquantised_mod
 
 
 def test_one_region_passes_equal_a_parallel_op_per_linear(extension):
-    """1-2-row passes on several threads run every layer in one OpenMP region whose threads meet at
+    """Passes of up to 4 rows on several threads run every layer in one OpenMP region whose threads meet at
     spin barriers (engine/csrc/narrow_pass.cpp): the same kernels on the same shares, so the same bits."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -205,7 +205,7 @@ def test_one_region_passes_equal_a_parallel_op_per_linear(extension):
             model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim)
             layers, _ = native.native_layers_for(model)
             assert layers.one_region  # every linear has an Int8Matrix
-            for batch, t in ((1, 1), (1, 2), (2, 1)):
+            for batch, t in ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2)):
                 tokens = torch.randint(0, 96, (batch, t), generator=torch.Generator().manual_seed(t))
                 results = []
                 for one_region in (True, False):

@@ -1,4 +1,4 @@
-// int8 x int8 matrix-vector products for the narrowest passes (1-2 rows): y = x W^T, W int8 per output
+// int8 x int8 matrix-vector products for the narrowest passes (1-4 rows): y = x W^T, W int8 per output
 // channel, x quantised per call to 7-bit unsigned (engine/quant.py's W8A8Linear says why 7 bits).
 //
 // Why: PyTorch's quantized::linear_dynamic (FBGEMM) takes ~60 us for a 1-row call on a 1 MB matrix
@@ -71,8 +71,8 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* xq, int64_t k,
 using RowsFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int64_t, int32_t*);
 
 RowsFn pick(Isa isa, int64_t m) {
-#define VA_ROWS(fn) return m == 1 ? fn<1> : m == 2 ? fn<2> : nullptr;
-  static_assert(kMaxRows == 2, "one kernel per row count");
+#define VA_ROWS(fn) return m == 1 ? fn<1> : m == 2 ? fn<2> : m == 3 ? fn<3> : m == 4 ? fn<4> : nullptr;
+  static_assert(kMaxRows == 4, "one kernel per row count");
   if (isa == Isa::avx512_vnni) VA_ROWS(rows_vnni)
   if (isa == Isa::avx2) VA_ROWS(rows_avx2)
 #undef VA_ROWS

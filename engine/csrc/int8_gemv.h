@@ -7,10 +7,14 @@ namespace gemv {
 
 enum class Isa { none, avx2, avx512_vnni };
 
-// Rows of x these kernels take. Above, FBGEMM's GEMM is faster: whole passes at 3 / 4 / 6 / 8 tokens
-// 9.2-12.7 / 10.9-12.7 / 14.7-15.1 / 17.9-20.2 ms here against 8.7-12.0 / 9.5-11.4 / 11.6-13.1 /
-// 13.8-15.2 with FBGEMM (at 2 tokens a tie; AMD EPYC with AVX512-BF16, interleaved, 2026-12-06).
-constexpr int64_t kMaxRows = 2;
+// Rows of x these kernels take: up to kMaxRows inside a one-region pass (narrow_pass.cpp), where at 3 /
+// 4 tokens whole passes measured 9.3-11.1 / 11.6-13.6 ms against 12.9-16.6 / 12.9-19.7 with FBGEMM on
+// one thread (the cheaper count there); up to kAloneRows as a call of its own (a parallel op each),
+// above which FBGEMM's GEMM is faster: whole passes at 3 / 4 / 6 / 8 tokens 9.2-12.7 / 10.9-12.7 /
+// 14.7-15.1 / 17.9-20.2 ms against 8.7-12.0 / 9.5-11.4 / 11.6-13.1 / 13.8-15.2 (AMD EPYC with
+// AVX512-BF16, interleaved, 2026-12-06).
+constexpr int64_t kMaxRows = 4;
+constexpr int64_t kAloneRows = 2;
 
 struct Quant {
   float scale;

@@ -1,4 +1,5 @@
-// Every layer of a 1-2-row narrow pass in one OpenMP region, its threads meeting at spin barriers.
+// Every layer of a narrow pass of up to gemv::kMaxRows rows in one OpenMP region, its threads meeting at
+// spin barriers.
 //
 // Why: the engine runs OpenMP with OMP_WAIT_POLICY=PASSIVE (engine/__init__.py: spinning collapses
 // throughput when cores are shared), so each parallel op wakes its threads through the kernel. A

@@ -1,4 +1,4 @@
-// Every layer of a 1-2-row narrow pass in one OpenMP region (engine/csrc/narrow_pass.cpp says why).
+// Every layer of a narrow pass of up to gemv::kMaxRows rows in one OpenMP region (engine/csrc/narrow_pass.cpp says why).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -153,7 +153,7 @@ class NativeLayers {
   // Narrow passes run the hand loops of narrow_kernels.cpp around the linears (false: the ATen ops
   // above, as the Python layers take them; for tests and same-run comparisons).
   bool fused_narrow = true;
-  // 1-2-row passes on several threads run every layer in one OpenMP region (narrow_pass.cpp), where
+  // Passes of up to gemv::kMaxRows rows on several threads run every layer in one OpenMP region (narrow_pass.cpp), where
   // every linear has an Int8Matrix; false: a parallel op per linear (for same-run comparisons).
   bool one_region = true;
 
@@ -241,7 +241,7 @@ class NativeLayers {
     const auto& lin = linears_[i];
     auto x2 = x.reshape({-1, x.size(-1)});
     at::Tensor y;
-    if (narrow && lin.gemv && x2.size(0) <= gemv::kMaxRows) {
+    if (narrow && lin.gemv && x2.size(0) <= gemv::kAloneRows) {
       y = lin.gemv->forward(x2).to(x.scalar_type());
     } else if (narrow) {  // reduce_range: 7-bit activations (the AVX2 u8 x s8 pair sums cannot saturate int16)
       std::vector<c10::IValue> stack{x2.to(at::kFloat).contiguous(), lin.packed, true};
@@ -274,6 +274,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("scales"), py::arg("bias"), py::arg("isa") = "auto")
       .def_static("available", &Int8Matrix::available)
       .def_readonly_static("max_rows", &gemv::kMaxRows)
+      .def_readonly_static("alone_rows", &gemv::kAloneRows)
       .def("forward", [](const Int8Matrix& self, const at::Tensor& x) {
         py::gil_scoped_release no_gil;
         return self.forward(x);
