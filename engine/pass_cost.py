@@ -60,7 +60,15 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     # 2.99 / 3.66 at 2 / 3 / 4 / 5 / 6 / 8 / 10 / 12 / 16 / 24 / 32 tokens (12.2 ms at 1). Planned with it on 20
     # held-out calls at instant, 2 rounds against this one: the same 543 passes, wall 42.0 / 43.9 s against
     # 42.9 / 45.3, TTFAT p50 179 / 186 ms against 176 / 183: no clear winner, so this one stays.
-    "w8a8-bf16": ((1, 1.0), (2, 1.04), (4, 1.1), (6, 1.55), (8, 1.75), (12, 1.9), (16, 2.2), (32, 3.4)),
+    # With the hand loops, Int8Matrix and one-region passes (engine/native.py, session 25, 2026-12-06, a
+    # 1-token pass 6.7-7.6 ms): 1.0-1.2 / 1.35 / 1.4-1.6 / 2.5 at 2 / 3 / 4 / 8 tokens, a step past 4
+    # rows (FBGEMM and a parallel op per linear above). Planned with the curve before this one (2: 1.04,
+    # 4: 1.1, 6: 1.55, 8: 1.75, 12: 1.9, 16: 2.2, 32: 3.4), with this one and with one between them
+    # (one process, 3 rounds, the bench turns, 48 tokens, medians): instant 91.1 / 124.2 / 104.4 tok/s
+    # (1.36-1.50 / 1.15 / 1.25-1.29 tokens a pass), `low` 115.4 / 123.5 / 123.3; an earlier 3 rounds:
+    # instant 91.5 / 122.5, low 124.6 / 116.2. Instant now commits ~1 token a pass plus what drafts
+    # add: at these costs a 4-token pass must commit 1.6 tokens to pay.
+    "w8a8-bf16": ((1, 1.0), (2, 1.08), (3, 1.35), (4, 1.6), (5, 2.2), (8, 2.6), (12, 3.0), (16, 3.3), (32, 4.5)),
     # A GPU pass is launch-bound far beyond any verify pass's width.
     "flat": ((1, 1.0), (64, 1.05)),
 }
