@@ -1,11 +1,11 @@
 // Every layer of a w8a8 pass in one C++ call (engine/native.py says when it runs).
 //
-// The same ATen ops, in the same order and dtypes, as engine/model.py's Layer.forward and
-// engine/quant.py's W8A8Linear take for such a pass, so the hidden states and the K/V written are
-// bit-identical (tests/test_native.py). A narrow pass (at most `dense_above` rows) carries an fp32
-// stream into int8 x int8 linears; a wide one a bf16 stream into the de-quantised weights packed for
-// oneDNN. What it saves is Python: ~25 dispatched ops and 6 module calls a layer cost a 1-token pass
-// about a third of its time.
+// A wide pass makes the same ATen ops, in the same order and dtypes, as engine/model.py's
+// Layer.forward and engine/quant.py's W8A8Linear take for it: a bf16 stream into the de-quantised
+// weights packed for oneDNN, bit-identical hidden states and K/V (tests/test_native.py). A narrow pass
+// (at most `dense_above` rows, an fp32 stream into int8 x int8 linears) runs narrow_kernels.cpp's hand
+// loops between its linears, and up to gemv::kMaxRows rows on several threads all its layers in one
+// OpenMP region (narrow_pass.cpp); `fused_narrow = false` gives it the ATen ops instead.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <ATen/Parallel.h>
