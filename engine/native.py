@@ -6,8 +6,8 @@ goes to Python, per-op dispatch and the int8 kernel's set-up: ~25 ATen calls and
   carries its new prompt, and prefills) makes the same ATen calls in the same order as engine/model.py,
   bit-identical to it (tests/test_native.py), through the packed de-quantised weights.
 - narrow_kernels.cpp: in a narrow pass, hand loops replace the ops between the linears (RMSNorm, RoPE and
-  the cache write, attention over the cache, SiLU * up): the same numbers up to fp32 rounding; they
-  attend in fp32 where SDPA rounds its softmax to bf16 (tests/test_native.py).
+  the cache write, attention over the cache, SiLU * up): the same numbers up to fp32 rounding; on a
+  bf16 cache they round the softmax weights to bf16 as SDPA's flash kernel does (tests/test_native.py).
 - int8_gemv.cpp (`Int8Matrix`, also what W8A8Linear runs for 1-2 rows; 1-4 in narrow_pass.cpp): int8 products with
   AVX512-VNNI or AVX2 that read each weight row once, with PyTorch's dynamic int8 numbers
   (tests/test_int8_gemv.py).

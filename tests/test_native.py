@@ -174,8 +174,9 @@ def test_fused_narrow_passes_match_the_python_layers_up_to_fp32_rounding(extensi
 
 
 def test_fused_narrow_passes_on_a_bf16_cache_are_as_close_to_the_unquantised_model(extension):
-    """On the bf16 cache that engines use, SDPA (the Python layers) rounds its softmax to bf16 while the
-    hand loops attend in fp32: both stay as close to the same weights unquantised, in fp32."""
+    """On the bf16 cache that engines use, both round their softmax weights to bf16 but sum in another
+    order, and the 7-bit activations turn last-bit differences into rounding steps: the hand loops stay
+    as close as the Python layers to the same weights unquantised, in fp32."""
     err_nat, err_py = [], []
     for model, twin, batch, tokens in fused_cases():
         layers, _ = native.native_layers_for(model)

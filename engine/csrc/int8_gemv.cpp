@@ -127,12 +127,14 @@ void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int
   pick(isa, m)(xq, k, w, n0, n1, n, acc);
 }
 
-void dequantize(const int32_t* acc, int64_t m, int64_t n, Quant q, const int32_t* rowsum, const float* scales,
-                const float* bias, float* y, int64_t n0, int64_t n1) {
+void product(const Matrix& mat, const uint8_t* xq, int64_t m, Quant q, int32_t* acc, float* y, int64_t n0, int64_t n1) {
+  if (n0 >= n1) return;
+  rows(mat.isa, xq, m, mat.k, mat.w, n0, n1, mat.n, acc);
+  const int64_t n = mat.n;
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = n0; j < n1; ++j) {
-      const float v = static_cast<float>(acc[r * n + j] - q.zero_point * rowsum[j]) * (q.scale * scales[j]);
-      y[r * n + j] = bias ? v + bias[j] : v;
+    for (int64_t j = n0; j < n1; ++j) {  // (acc - zp * rowsum) * (scale * scales) + bias
+      const float v = static_cast<float>(acc[r * n + j] - q.zero_point * mat.rowsum[j]) * (q.scale * mat.scales[j]);
+      y[r * n + j] = mat.bias ? v + mat.bias[j] : v;
     }
 }
 

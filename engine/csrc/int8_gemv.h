@@ -31,10 +31,6 @@ Quant quantize(const float* x, int64_t count, uint8_t* xq);
 // acc [m, n] (rows n0..n1-1 of it) = xq [m, k] . w [n, k]^T in int32; 1 <= m <= kMaxRows
 void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t n,
           int32_t* acc);
-// y [m, n] (columns n0..n1-1 of it) = (acc - zp * rowsum) * (scale * scales) + bias
-void dequantize(const int32_t* acc, int64_t m, int64_t n, Quant q, const int32_t* rowsum, const float* scales,
-                const float* bias, float* y, int64_t n0, int64_t n1);
-
 // One int8 matrix as the kernels take it.
 struct Matrix {
   Isa isa;
@@ -44,5 +40,8 @@ struct Matrix {
   const float* bias;  // or null
   int64_t n, k;
 };
+
+// y [m, n], columns n0..n1-1 of it: xq [m, k] (quantised by `q`) . W^T, through acc [m, n] int32 scratch
+void product(const Matrix& mat, const uint8_t* xq, int64_t m, Quant q, int32_t* acc, float* y, int64_t n0, int64_t n1);
 
 }  // namespace gemv

@@ -9,7 +9,8 @@
 // Numerics: the same formulas in fp32 as engine/model.py; RoPE, the cache's K/V and the residual adds
 // are bit-identical to it (RoPE is compiled without fused multiply-adds). The RMSNorm
 // and attention sums run in another order, and exp is a polynomial (<= 2 ulp), so the hidden states
-// differ from the Python layers' by rounding (tests/test_native.py bounds it).
+// differ from the Python layers' by rounding (tests/test_native.py bounds it). On a bf16 cache the
+// softmax weights are rounded to bf16 and normalised after the weighted sum, as SDPA's flash kernel does.
 //
 // Each hot loop is compiled for AVX512, AVX2 and baseline x86-64 (GCC target_clones picks at load
 // time), so one build serves every CPU of ours.
@@ -207,7 +208,7 @@ VA_INLINE void attend_rows(const float* __restrict q, const KV* __restrict k, co
                            int64_t rep, int64_t span, float scale, const bool* visible, int64_t mask_stride,
                            float* __restrict scores, float* __restrict out) {
   const int64_t span_pad = (span + 15) / 16 * 16, hd = 16 * HC;
-  float inv[8 * 16];  // 1 / softmax sum per row (rows <= 8 tokens x 16 query heads per KV head)
+  float inv[kMaxQueryRows];  // 1 / softmax sum per row
   for (int64_t r = 0; r < rows; ++r) scores_row<HC>(q + r * hd, k, span, scale, scores + r * span_pad);
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = scores + r * span_pad;

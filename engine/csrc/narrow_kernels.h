@@ -4,6 +4,9 @@
 
 namespace narrow {
 
+// Query rows of one KV head in a pass (tokens x query heads per KV head) the attention takes.
+constexpr int64_t kMaxQueryRows = 128;
+
 // One narrow pass over a KV cache laid out [L, B, KV, capacity, hd], contiguous.
 struct Pass {
   int64_t batch, tokens, n_heads, n_kv_heads, head_dim, capacity, span;

@@ -67,10 +67,7 @@ void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector
       barrier.wait(sense);
       int64_t n0, n1;
       share(m.n, t, threads, n0, n1);
-      if (n0 < n1) {
-        gemv::rows(m.isa, s.xq, rows, m.k, m.w, n0, n1, m.n, s.acc);
-        gemv::dequantize(s.acc, rows, m.n, quant, m.rowsum, m.scales, m.bias, y, n0, n1);
-      }
+      gemv::product(m, s.xq, rows, quant, s.acc, y, n0, n1);
       barrier.wait(sense);
     };
     for (size_t i = 0; i < layers.size(); ++i) {

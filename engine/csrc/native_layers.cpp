@@ -34,22 +34,21 @@ class Int8Matrix {
 
   // x [..., K] (1 to gemv::kMaxRows rows) -> fp32 [..., N]
   at::Tensor forward(const at::Tensor& x) const {
-    const int64_t n = w_.size(0), k = w_.size(1);
+    const gemv::Matrix mat = matrix();
+    const int64_t n = mat.n, k = mat.k;
     auto x2 = x.reshape({-1, k}).to(at::kFloat).contiguous();
     const int64_t m = x2.size(0);
     TORCH_CHECK(m >= 1 && m <= gemv::kMaxRows, "Int8Matrix: 1 to ", gemv::kMaxRows, " rows, got ", m);
     auto xq = at::empty({m, k}, x2.options().dtype(at::kByte));
     const auto q = gemv::quantize(x2.data_ptr<float>(), m * k, xq.data_ptr<uint8_t>());
     auto acc = at::empty({m, n}, x2.options().dtype(at::kInt));
+    auto y = at::empty({m, n}, x2.options());
     const uint8_t* xp = xq.data_ptr<uint8_t>();
-    const int8_t* wp = w_.data_ptr<int8_t>();
     int32_t* ap = acc.data_ptr<int32_t>();
+    float* yp = y.data_ptr<float>();
     // a thread's share should stream at least ~150 KB of weights, or waking it costs more than it gives
     const int64_t grain = std::max<int64_t>(64, 150000 / k);
-    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { gemv::rows(isa_, xp, m, k, wp, n0, n1, n, ap); });
-    auto y = at::empty({m, n}, x2.options());
-    gemv::dequantize(ap, m, n, q, rowsum_.data_ptr<int32_t>(), scales_.data_ptr<float>(),
-                     bias_ ? bias_->data_ptr<float>() : nullptr, y.data_ptr<float>(), 0, n);
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { gemv::product(mat, xp, m, q, ap, yp, n0, n1); });
     auto shape = x.sizes().vec();
     shape.back() = n;
     return y.view(shape);
@@ -100,6 +99,10 @@ class NativeLayers {
       layer_matrices_.push_back({norms_fp32_[2 * i].data_ptr<float>(), norms_fp32_[2 * i + 1].data_ptr<float>(),
                                  linears_[4 * i].gemv->matrix(), linears_[4 * i + 1].gemv->matrix(),
                                  linears_[4 * i + 2].gemv->matrix(), linears_[4 * i + 3].gemv->matrix()});
+    for (const auto& l : layer_matrices_) {  // the one-region pass's scratch: the widest linear's in and out
+      widest_n_ = std::max({widest_n_, l.qkv.n, l.o.n, l.gate_up.n, l.down.n});
+      widest_k_ = std::max({widest_k_, l.qkv.k, l.o.k, l.gate_up.k, l.down.k});
+    }
     one_region = all_gemv;
   }
 
@@ -162,7 +165,8 @@ class NativeLayers {
                const at::Tensor& v_cache, const at::Tensor& slots, int64_t start) const {
     const auto kv = k_cache.scalar_type();
     return x.scalar_type() == at::kFloat && x.device().is_cpu() && (kv == at::kBFloat16 || kv == at::kFloat) &&
-           v_cache.scalar_type() == kv && k_cache.is_contiguous() && v_cache.is_contiguous() && (hd_ == 64 || hd_ == 128) && x.size(1) * (nh_ / nkv_) <= 128 &&
+           v_cache.scalar_type() == kv && k_cache.is_contiguous() && v_cache.is_contiguous() && (hd_ == 64 || hd_ == 128) &&
+           x.size(1) * (nh_ / nkv_) <= narrow::kMaxQueryRows &&
            (!mask || mask->scalar_type() == at::kBool) &&
            (start >= 0 || (slots.scalar_type() == at::kLong && slots.is_contiguous()));
   }
@@ -182,18 +186,13 @@ class NativeLayers {
     float* xs = x.data_ptr<float>();
     const int threads = at::get_num_threads();
     if (one_region && !layer_matrices_.empty() && rows <= gemv::kMaxRows && threads > 1) {
-      int64_t widest = 0, widest_in = 0;
-      for (const auto& l : layer_matrices_) {
-        widest = std::max({widest, l.qkv.n, l.o.n, l.gate_up.n, l.down.n});
-        widest_in = std::max({widest_in, l.qkv.k, l.o.k, l.gate_up.k, l.down.k});
-      }
       const auto f = x.options();
       auto h = at::empty({rows, d}, f), qkv = at::empty({rows, layer_matrices_[0].qkv.n}, f);
       auto q = at::empty({rows, nh_ * hd_}, f), y = at::empty({rows, nh_ * hd_}, f), out = at::empty({rows, d}, f);
       auto gate_up = at::empty({rows, layer_matrices_[0].gate_up.n}, f);
       auto act = at::empty({rows, layer_matrices_[0].gate_up.n / 2}, f);
-      auto xq = at::empty({rows, widest_in}, f.dtype(at::kByte));
-      auto acc = at::empty({rows, widest}, f.dtype(at::kInt));
+      auto xq = at::empty({rows, widest_k_}, f.dtype(at::kByte));
+      auto acc = at::empty({rows, widest_n_}, f.dtype(at::kInt));
       narrow::Scratch sc{h.data_ptr<float>(), qkv.data_ptr<float>(), q.data_ptr<float>(), y.data_ptr<float>(),
                          out.data_ptr<float>(), gate_up.data_ptr<float>(), act.data_ptr<float>(),
                          xq.data_ptr<uint8_t>(), acc.data_ptr<int32_t>()};
@@ -263,6 +262,7 @@ class NativeLayers {
   std::vector<at::Tensor> norms_, norms_fp32_;
   std::vector<Linear> linears_;
   std::vector<narrow::Layer> layer_matrices_;  // empty unless every linear has an Int8Matrix
+  int64_t widest_n_ = 0, widest_k_ = 0;          // over layer_matrices_
   double eps_;
   int64_t nh_, nkv_, hd_;
   c10::OperatorHandle linear_dynamic_, linear_packed_;
