@@ -153,8 +153,7 @@ def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
     mask, _ = cache.mask(intra, t)
     slots = cache.slots_for(t).to(cache.device)
     with eng.runner.narrow_threads.run(x.numel()):  # as the runner runs it (engine/pass_threads.py)
-        h = eng.model.hidden(x.to(cache.device), slots, mask, cache, slots)
-        eng.model.lm_head(h[0]).float()
+        eng.model.logits(x.to(cache.device), slots, mask, cache, slots, torch.arange(t, device=cache.device))
 
 
 @torch.inference_mode()

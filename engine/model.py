@@ -254,6 +254,19 @@ class Transformer(nn.Module):
                 x = layer(x, cos, sin, pass_mask, i, cache, slots)
         return self.norm(x)
 
+    def logits(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: KVCache,
+               slots: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [N, V] of a pass over a cache (as `hidden`) at its rows `read` [N] (indices into
+        its B * T tokens). A narrow pass that the native layers run in one region goes from the token ids
+        to the logits in one call (engine/native.py)."""
+        if self.native_layers is not None and isinstance(cache, KVCache):
+            out = self.native_layers.narrow_logits(tokens, positions, mask, cache.k, cache.v, cache.write_start(),
+                                                   slots, read, self.fp32_stream_up_to)
+            if out is not None:
+                return out
+        h = self.hidden(tokens, positions, mask, cache, slots)
+        return self.lm_head(h.reshape(-1, h.shape[-1])[read]).float()
+
     def forward(self, tokens, positions, mask, cache=None, slots=None, embeds=None) -> torch.Tensor:
         return self.lm_head(self.hidden(tokens, positions, mask, cache, slots, embeds)).float()
 

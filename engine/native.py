@@ -137,6 +137,14 @@ def native_layers_for(model) -> tuple[object | None, str]:
     cfg = model.cfg
     native = ext.NativeLayers([n.weight.detach() for n in norms], [n.weight_fp32 for n in norms], linears,
                               float(cfg.rms_eps), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    head = model.lm_head
+    if isinstance(head, W8A8Linear) and head._gemv is not None and model.norm.weight_fp32 is not None:
+        from engine.model import signed_sin
+
+        # narrow passes in one region run from the token ids to the logits (Transformer.logits)
+        # (the RoPE tables in the model's dtype, as its Python layers take them, then fp32 as the C++ layers do)
+        native.set_ends(model.embed_tokens.weight.detach(), model.rope_cos.float().contiguous(),
+                        signed_sin(model.rope_sin).float().contiguous(), model.norm.weight_fp32, head._gemv)
     return native, "on"
 
 

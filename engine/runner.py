@@ -207,8 +207,7 @@ class ModelRunner:
         tokens = {r: inp.tokens for r, inp in rows}
         x = torch.tensor([tokens.get(r, []) + [0] * (plan.t - len(tokens.get(r, [])))
                           for r in range(plan.lo, plan.hi)], dtype=torch.long)
-        h = self.model.hidden(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots)
-        return self.model.lm_head(h.reshape(-1, h.shape[-1])[plan.flat]).float()
+        return self.model.logits(x.to(self.device), plan.pos, plan.mask, plan.view, plan.slots, plan.flat)
 
 
 __all__ = ["ModelRunner", "StepPlan"]

@@ -10,6 +10,8 @@
 // (PyTorch's ChooseQuantizationParams), exact int32 sums, then (acc - zp * rowsum) * (sx * sw) + b.
 #include "int8_gemv.h"
 
+#include "clones.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,7 +26,7 @@ namespace {
 // for 4 sums: whole passes 1.2-1.5x slower at 1-4 tokens (AMD EPYC, 2026-12-06, interleaved).
 template <int M>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void rows_vnni(const uint8_t* xq, int64_t k, const int8_t* w,
-                                                                      int64_t n0, int64_t n1, int64_t n, int32_t* acc) {
+                                                                      int64_t n0, int64_t n1, int64_t ld, int32_t* acc) {
   const int64_t full = k / 64 * 64;
   const __mmask64 tail = full == k ? 0 : (~0ULL >> (64 - (k - full)));
   for (int64_t j = n0; j < n1; ++j) {
@@ -39,14 +41,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void rows_vnni(const uint
       const __m512i wv = _mm512_maskz_loadu_epi8(tail, wr + full);
       for (int r = 0; r < M; ++r) a[r] = _mm512_dpbusd_epi32(a[r], _mm512_maskz_loadu_epi8(tail, xq + r * k + full), wv);
     }
-    for (int r = 0; r < M; ++r) acc[r * n + j] = _mm512_reduce_add_epi32(a[r]);
+    for (int r = 0; r < M; ++r) acc[r * ld + (j - n0)] = _mm512_reduce_add_epi32(a[r]);
   }
 }
 
 // u7 x s8 pairs sum to at most 2 * 127 * 127 < 2^15: vpmaddubsw cannot saturate (the reason for 7 bits)
 template <int M>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* xq, int64_t k, const int8_t* w, int64_t n0,
-                                                   int64_t n1, int64_t n, int32_t* acc) {
+                                                   int64_t n1, int64_t ld, int32_t* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t j = n0; j < n1; ++j) {
     const int8_t* wr = w + j * k;
@@ -63,7 +65,7 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* xq, int64_t k,
       __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a[r]), _mm256_extracti128_si256(a[r], 1));
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-      acc[r * n + j] = _mm_cvtsi128_si32(s);
+      acc[r * ld + (j - n0)] = _mm_cvtsi128_si32(s);
     }
   }
 }
@@ -77,6 +79,46 @@ RowsFn pick(Isa isa, int64_t m) {
   if (isa == Isa::avx2) VA_ROWS(rows_avx2)
 #undef VA_ROWS
   return nullptr;
+}
+
+// lo = min(lo, x...), hi = max(hi, x...): the same result in any order
+VA_CLONES void min_max(const float* x, int64_t count, float& lo, float& hi) {
+  simd::v16 vlo = simd::v16{} + lo, vhi = simd::v16{} + hi;
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const simd::v16 v = simd::load16(x + i);
+    vlo = v < vlo ? v : vlo;
+    vhi = v > vhi ? v : vhi;
+  }
+  for (int l = 0; l < 16; ++l) {
+    lo = std::min(lo, vlo[l]);
+    hi = std::max(hi, vhi[l]);
+  }
+  for (; i < count; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+}
+
+// xq = clamp(nearbyint(x * inv + zp), 0, 255). No fused multiply-add, so that every lane rounds as the
+// scalar tail does. |x * inv + zp| < 2^22 (x lies in the range the scale was taken from), so
+// adding and taking away 1.5 * 2^23 rounds to the nearest integer, ties to even, as nearbyint does.
+__attribute__((optimize("fp-contract=off"))) VA_CLONES void to_u8(const float* x, int64_t count, float inv, float zp,
+                                                                  uint8_t* xq) {
+  const float magic = 12582912.0f;
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    simd::v16 v = simd::load16(x + i) * inv + zp;
+    v = (v + magic) - magic;
+    v = v < 0.0f ? simd::v16{} : v;
+    v = v > 255.0f ? simd::v16{} + 255.0f : v;
+    const simd::i16 n = __builtin_convertvector(v, simd::i16);
+    for (int l = 0; l < 16; ++l) xq[i + l] = static_cast<uint8_t>(n[l]);
+  }
+  for (; i < count; ++i) {
+    const float v = std::nearbyint(x[i] * inv + zp);
+    xq[i] = static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f));
+  }
 }
 
 }  // namespace
@@ -102,10 +144,7 @@ bool supported(Isa isa, int64_t k) { return isa == Isa::avx512_vnni || (isa == I
 
 Quant quantize(const float* x, int64_t count, uint8_t* xq) {
   float lo = 0.0f, hi = 0.0f;  // the range always holds 0
-  for (int64_t i = 0; i < count; ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-  }
+  min_max(x, count, lo, hi);
   // PyTorch's ChooseQuantizationParams for quint8 with reduce_range: qmin 0, qmax 127
   const double qmin = 0, qmax = 127;
   double scale = (static_cast<double>(hi) - lo) / (qmax - qmin);
@@ -114,28 +153,30 @@ Quant quantize(const float* x, int64_t count, uint8_t* xq) {
   const double err_min = std::abs(qmin) - std::abs(lo / scale), err_max = std::abs(qmax) - std::abs(hi / scale);
   const double zp0 = err_min < err_max ? zp_min : zp_max;
   const int32_t zp = zp0 < qmin ? 0 : zp0 > qmax ? 127 : static_cast<int32_t>(std::nearbyint(zp0));
-  const float fscale = static_cast<float>(scale), inv = 1.0f / fscale;
-  for (int64_t i = 0; i < count; ++i) {
-    const float v = std::nearbyint(x[i] * inv + static_cast<float>(zp));
-    xq[i] = static_cast<uint8_t>(std::min(std::max(v, 0.0f), 255.0f));
-  }
+  const float fscale = static_cast<float>(scale);
+  to_u8(x, count, 1.0f / fscale, static_cast<float>(zp), xq);
   return {fscale, zp};
 }
 
-void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t n,
+void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t ld,
           int32_t* acc) {
-  pick(isa, m)(xq, k, w, n0, n1, n, acc);
+  pick(isa, m)(xq, k, w, n0, n1, ld, acc);
 }
 
-void product(const Matrix& mat, const uint8_t* xq, int64_t m, Quant q, int32_t* acc, float* y, int64_t n0, int64_t n1) {
-  if (n0 >= n1) return;
-  rows(mat.isa, xq, m, mat.k, mat.w, n0, n1, mat.n, acc);
+void product(const Matrix& mat, const uint8_t* xq, int64_t m, Quant q, float* y, int64_t n0, int64_t n1) {
+  constexpr int64_t kBlock = 64;  // output rows a stack accumulator holds
+  int32_t acc[kMaxRows * kBlock];
   const int64_t n = mat.n;
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = n0; j < n1; ++j) {  // (acc - zp * rowsum) * (scale * scales) + bias
-      const float v = static_cast<float>(acc[r * n + j] - q.zero_point * mat.rowsum[j]) * (q.scale * mat.scales[j]);
-      y[r * n + j] = mat.bias ? v + mat.bias[j] : v;
-    }
+  for (int64_t b0 = n0; b0 < n1; b0 += kBlock) {
+    const int64_t b1 = std::min(n1, b0 + kBlock);
+    rows(mat.isa, xq, m, mat.k, mat.w, b0, b1, kBlock, acc);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = b0; j < b1; ++j) {  // (acc - zp * rowsum) * (scale * scales) + bias
+        const float v =
+            static_cast<float>(acc[r * kBlock + (j - b0)] - q.zero_point * mat.rowsum[j]) * (q.scale * mat.scales[j]);
+        y[r * n + j] = mat.bias ? v + mat.bias[j] : v;
+      }
+  }
 }
 
 }  // namespace gemv

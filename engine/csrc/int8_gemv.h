@@ -28,8 +28,9 @@ Isa named(const std::string& name);
 bool supported(Isa isa, int64_t k);
 // x [count] fp32 -> xq 7-bit unsigned, one scale and zero point for the whole input
 Quant quantize(const float* x, int64_t count, uint8_t* xq);
-// acc [m, n] (rows n0..n1-1 of it) = xq [m, k] . w [n, k]^T in int32; 1 <= m <= kMaxRows
-void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t n,
+// acc [m, ld]: acc[r, j - n0] = xq [m, k] . w [n, k]^T at (r, j) for j in n0..n1-1, in int32;
+// 1 <= m <= kMaxRows
+void rows(Isa isa, const uint8_t* xq, int64_t m, int64_t k, const int8_t* w, int64_t n0, int64_t n1, int64_t ld,
           int32_t* acc);
 // One int8 matrix as the kernels take it.
 struct Matrix {
@@ -41,7 +42,7 @@ struct Matrix {
   int64_t n, k;
 };
 
-// y [m, n], columns n0..n1-1 of it: xq [m, k] (quantised by `q`) . W^T, through acc [m, n] int32 scratch
-void product(const Matrix& mat, const uint8_t* xq, int64_t m, Quant q, int32_t* acc, float* y, int64_t n0, int64_t n1);
+// y [m, n], columns n0..n1-1 of it: xq [m, k] (quantised by `q`) . W^T
+void product(const Matrix& mat, const uint8_t* xq, int64_t m, Quant q, float* y, int64_t n0, int64_t n1);
 
 }  // namespace gemv

@@ -24,15 +24,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "clones.h"
 #include "narrow_kernels.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define VA_CLONES
-#endif
-// Helpers are inlined into each clone, so they are compiled for its instruction set too.
-#define VA_INLINE __attribute__((always_inline)) inline
 
 namespace narrow {
 
@@ -62,18 +55,10 @@ VA_CLONES void scale_weight(const float* __restrict x, float rstd, const float* 
   for (int64_t j = 0; j < d; ++j) y[j] = (x[j] * rstd) * w[j];
 }
 
-// 16 floats: one AVX512 register, two AVX2 ones, four SSE ones, as the clone compiles it.
-typedef float v16 __attribute__((vector_size(64)));
-
-VA_INLINE v16 load16(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-VA_INLINE void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
-
-typedef int32_t i16 __attribute__((vector_size(64)));
+using simd::i16;
+using simd::load16;
+using simd::store16;
+using simd::v16;
 
 // exp(x) on 16 lanes, for softmax after the max is taken and SiLU's -g: Cephes' expf polynomial
 // (<= 2 ulp), rounding n = x / ln 2 with the 1.5 * 2^23 trick so that every step is a vector op.
@@ -116,54 +101,81 @@ VA_INLINE v16 load16(const c10::BFloat16* p) {
   return v;
 }
 
-// The scores q . k[j] of 16 keys (k: 16 rows of 16 * HC, the cache's dtype or fp32). Each key's
-// products stay a 16-lane vector, and a shuffle tree sums the sixteen vectors into one vector of
-// sixteen scores (~2 instructions a key, where a horizontal sum per key would take ~8).
-template <int HC, typename KV>
-VA_INLINE v16 score_block(const v16 (&q)[HC], const KV* __restrict k) {
+// The scores q[r] . k[j] of R query rows and 16 keys (k: 16 rows of 16 * HC, the cache's dtype or fp32),
+// each key's vectors loaded once for the R rows. Each key's products stay a 16-lane vector, and a shuffle
+// tree sums a row's sixteen vectors into one vector of sixteen scores (~2 instructions a key, where a
+// horizontal sum per key would take ~8); the tree folds as the keys come, so that a row holds at most
+// four partial sums, not sixteen (the same pairs, so the same sums, as folding them all at the end).
+template <int R, int HC, typename KV>
+VA_INLINE void score_block(const v16 (&q)[R][HC], const KV* __restrict k, v16 (&out)[R]) {
   const i16 lo1 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
   const i16 lo2 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
   const i16 lo3 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
   const i16 lo4 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  v16 a[16];
+  v16 a[R], b[R], c[R], d[R];  // the partial sums waiting for their pair at each level of the tree
+#pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) {
     const KV* kr = k + j * HC * 16;
-    v16 even = q[0] * load16(kr), odd = q[1] * load16(kr + 16);  // two chains: half the latency
-    for (int c = 2; c < HC; c += 2) {
-      even += q[c] * load16(kr + c * 16);
-      odd += q[c + 1] * load16(kr + c * 16 + 16);
+    v16 kv[HC];
+    for (int x = 0; x < HC; ++x) kv[x] = load16(kr + x * 16);
+    for (int r = 0; r < R; ++r) {
+      v16 even = q[r][0] * kv[0], odd = q[r][1] * kv[1];  // two chains: half the latency
+      for (int x = 2; x < HC; x += 2) {
+        even += q[r][x] * kv[x];
+        odd += q[r][x + 1] * kv[x + 1];
+      }
+      v16 e = even + odd;
+      if (!(j & 1)) {
+        a[r] = e;
+        continue;
+      }
+      e = fold(a[r], e, lo1, lo1 + 8);
+      if (!(j & 2)) {
+        b[r] = e;
+        continue;
+      }
+      e = fold(b[r], e, lo2, lo2 + 4);
+      if (!(j & 4)) {
+        c[r] = e;
+        continue;
+      }
+      e = fold(c[r], e, lo3, lo3 + 2);
+      if (!(j & 8)) {
+        d[r] = e;
+        continue;
+      }
+      out[r] = fold(d[r], e, lo4, lo4 + 1);
     }
-    a[j] = even + odd;
-  }
-  v16 b[8], c[4], d[2];
-  for (int j = 0; j < 8; ++j) b[j] = fold(a[2 * j], a[2 * j + 1], lo1, lo1 + 8);
-  for (int j = 0; j < 4; ++j) c[j] = fold(b[2 * j], b[2 * j + 1], lo2, lo2 + 4);
-  for (int j = 0; j < 2; ++j) d[j] = fold(c[2 * j], c[2 * j + 1], lo3, lo3 + 2);
-  return fold(d[0], d[1], lo4, lo4 + 1);
-}
-
-// scores[s] = q . k[s] * scale for one query row over the span's keys, read in the cache's dtype
-template <int HC, typename KV>
-VA_INLINE void scores_row(const float* __restrict q_row, const KV* __restrict k, int64_t span, float scale,
-                          float* __restrict out) {
-  v16 q[HC];
-  for (int c = 0; c < HC; ++c) q[c] = load16(q_row + c * 16);
-  int64_t s0 = 0;
-  for (; s0 + 16 <= span; s0 += 16) store16(out + s0, score_block<HC>(q, k + s0 * HC * 16) * scale);
-  if (s0 < span) {  // the last keys, zero-padded to a block (the cache may end right after the span)
-    float tail[16 * HC * 16] = {};
-    for (int64_t i = 0; i < (span - s0) * HC * 16; ++i) tail[i] = static_cast<float>(k[s0 * HC * 16 + i]);
-    store16(out + s0, score_block<HC>(q, static_cast<const float*>(tail)) * scale);
   }
 }
 
-// out[r] = sum over s of p[r][s] * v[s] for R rows (v: [span, 16 * HC]): each key's value row is
-// read once for all R rows, into R * HC independent accumulators.
+// scores[r][s] = q[r] . k[s] * scale for R query rows over keys s0..s1-1 (s0 a multiple of 16), read in
+// the cache's dtype; `scores` rows are span_pad apart
 template <int R, int HC, typename KV>
-VA_INLINE void values_rows(const float* __restrict p, const KV* __restrict v, int64_t span, int64_t span_pad,
+VA_INLINE void scores_rows(const float* const* q_rows, const KV* __restrict k, int64_t s0, int64_t s1, float scale,
+                           int64_t span_pad, float* __restrict scores) {
+  v16 q[R][HC], out[R];
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < HC; ++x) q[r][x] = load16(q_rows[r] + x * 16);
+  for (; s0 + 16 <= s1; s0 += 16) {
+    score_block<R, HC>(q, k + s0 * HC * 16, out);
+    for (int r = 0; r < R; ++r) store16(scores + r * span_pad + s0, out[r] * scale);
+  }
+  if (s0 < s1) {  // the last keys, zero-padded to a block (the cache may end right after the span)
+    float tail[16 * HC * 16] = {};
+    for (int64_t i = 0; i < (s1 - s0) * HC * 16; ++i) tail[i] = static_cast<float>(k[s0 * HC * 16 + i]);
+    score_block<R, HC>(q, static_cast<const float*>(tail), out);
+    for (int r = 0; r < R; ++r) store16(scores + r * span_pad + s0, out[r] * scale);
+  }
+}
+
+// out[r] = sum over s in s0..s1-1 of p[r][s] * v[s] for R rows (v: [span, 16 * HC]): each key's value
+// row is read once for all R rows, into R * HC independent accumulators.
+template <int R, int HC, typename KV>
+VA_INLINE void values_rows(const float* __restrict p, const KV* __restrict v, int64_t s0, int64_t s1, int64_t span_pad,
                            float* __restrict out) {
   v16 acc[R][HC] = {};
-  for (int64_t s = 0; s < span; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     const KV* vr = v + s * HC * 16;
     for (int c = 0; c < HC; ++c) {
       const v16 vc = load16(vr + c * 16);
@@ -183,15 +195,16 @@ VA_INLINE v16 round_bf16(v16 x) {
   return x;
 }
 
-// p[s] = exp(p[s] - shift) where visible (and s < span), else 0; returns their sum. With `round`, the
-// p kept are rounded to bf16 after the sum is taken: what SDPA's flash kernel multiplies a bf16 V by.
-VA_INLINE float exp_shifted(float* __restrict p, float shift, const bool* __restrict visible, int64_t span,
-                            int64_t span_pad, bool round) {
+// p[s] = exp(p[s] - shift) for s in s0..s1-1 where visible, else 0, up to the next multiple of 16 (s0
+// is one); returns their sum. With `round`, the p kept are rounded to bf16 after the sum is taken: what
+// SDPA's flash kernel multiplies a bf16 V by.
+VA_INLINE float exp_shifted(float* __restrict p, float shift, const bool* __restrict visible, int64_t s0, int64_t s1,
+                            bool round) {
   v16 total = {};
-  for (int64_t j = 0; j < span_pad; j += 16) {
+  for (int64_t j = s0; j < s1; j += 16) {
     v16 e = exp16(load16(p + j) - shift);
     for (int l = 0; l < 16; ++l)
-      if (j + l >= span || (visible && !visible[j + l])) e[l] = 0.0f;
+      if (j + l >= s1 || (visible && !visible[j + l])) e[l] = 0.0f;
     total += e;
     store16(p + j, round ? round_bf16(e) : e);
   }
@@ -200,67 +213,82 @@ VA_INLINE float exp_shifted(float* __restrict p, float shift, const bool* __rest
   return sum;
 }
 
-// Attention of `rows` query rows (q [rows, 16 * HC]; row i is token i / rep) over one KV head's
-// span (k, v: [span, 16 * HC] in the cache): softmax(q K^T * scale) V into out [rows, 16 * HC].
-// `visible` [tokens, mask_stride] or null; scores: [rows, span_pad] scratch.
+// The query rows of one KV head's group: row i is query head i % rep of token i / rep.
+struct Rows {
+  int64_t n;
+  const float* q[kMaxQueryRows];
+  const bool* visible[kMaxQueryRows];  // that token's mask row, or null: every key
+};
+
+// One part of the span (keys s0..s1-1): each row's scores, and their max over the visible keys.
 template <int HC, typename KV>
-VA_INLINE void attend_rows(const float* __restrict q, const KV* __restrict k, const KV* __restrict v, int64_t rows,
-                           int64_t rep, int64_t span, float scale, const bool* visible, int64_t mask_stride,
-                           float* __restrict scores, float* __restrict out) {
-  const int64_t span_pad = (span + 15) / 16 * 16, hd = 16 * HC;
-  float inv[kMaxQueryRows];  // 1 / softmax sum per row
-  for (int64_t r = 0; r < rows; ++r) scores_row<HC>(q + r * hd, k, span, scale, scores + r * span_pad);
-  for (int64_t r = 0; r < rows; ++r) {
+VA_INLINE void part_scores(const Rows& rows, const KV* __restrict k, int64_t s0, int64_t s1, float scale,
+                           int64_t span_pad, float* __restrict scores, float* __restrict part_max) {
+  // three rows at a time where a head is 64 wide (their q, K's vectors and the tree fit the registers)
+  constexpr int R = HC == 4 ? 3 : 1;
+  int64_t r0 = 0;
+  for (; r0 + R <= rows.n; r0 += R) scores_rows<R, HC>(rows.q + r0, k, s0, s1, scale, span_pad, scores + r0 * span_pad);
+  for (; r0 < rows.n; ++r0) scores_rows<1, HC>(rows.q + r0, k, s0, s1, scale, span_pad, scores + r0 * span_pad);
+  for (int64_t r = 0; r < rows.n; ++r) {
     float* sr = scores + r * span_pad;
-    const bool* m = visible ? visible + (r / rep) * mask_stride : nullptr;
+    const bool* m = rows.visible[r];
     float best = -std::numeric_limits<float>::infinity();
-    for (int64_t s = 0; s < span; ++s)
+    for (int64_t s = s0; s < s1; ++s)
       if (!m || m[s]) best = std::max(best, sr[s]);
-    if (best == -std::numeric_limits<float>::infinity()) {  // no key visible: zeros, not NaN
-      std::fill(sr, sr + span_pad, 0.0f);
-      inv[r] = 0.0f;
-      continue;
+    part_max[r] = best;
+  }
+}
+
+// One part of the span: p = exp(score - the row's max over the whole span), each row's sum of them, and
+// sum of p * v (not yet normalised: as SDPA's flash kernel, the sum divides after the weighted sum).
+template <int HC, typename KV>
+VA_INLINE void part_values(const Rows& rows, const KV* __restrict v, int64_t s0, int64_t s1, int64_t span_pad,
+                           const float* __restrict row_max, float* __restrict scores, float* __restrict part_sum,
+                           float* __restrict part_acc) {
+  const int64_t hd = 16 * HC;
+  const bool round = std::is_same<KV, c10::BFloat16>::value;
+  for (int64_t r = 0; r < rows.n; ++r) {
+    float* sr = scores + r * span_pad;
+    if (row_max[r] == -std::numeric_limits<float>::infinity()) {  // no key visible: zeros, not NaN
+      std::fill(sr + s0, sr + (s1 + 15) / 16 * 16, 0.0f);
+      part_sum[r] = 0.0f;
+    } else {
+      part_sum[r] = exp_shifted(sr, row_max[r], rows.visible[r], s0, s1, round);
     }
-    // normalised after the weighted sum, as SDPA's flash kernel does
-    inv[r] = 1.0f / exp_shifted(sr, best, m, span, span_pad, std::is_same<KV, c10::BFloat16>::value);
   }
   int64_t r0 = 0;
-  for (; r0 + 3 <= rows; r0 += 3) values_rows<3, HC>(scores + r0 * span_pad, v, span, span_pad, out + r0 * hd);
-  for (; r0 < rows; ++r0) values_rows<1, HC>(scores + r0 * span_pad, v, span, span_pad, out + r0 * hd);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < hd; ++j) out[r * hd + j] *= inv[r];
+  for (; r0 + 3 <= rows.n; r0 += 3) values_rows<3, HC>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+  for (; r0 < rows.n; ++r0) values_rows<1, HC>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
 }
 
-// One clone set per cache dtype (target_clones wants plain functions); head_dim 64 or 128.
-VA_CLONES void attend_rows_bf16(const float* q, const c10::BFloat16* k, const c10::BFloat16* v, int64_t hd,
-                                int64_t rows, int64_t rep, int64_t span, float scale, const bool* visible,
-                                int64_t mask_stride, float* scores, float* out) {
-  if (hd == 64)
-    attend_rows<4>(q, k, v, rows, rep, span, scale, visible, mask_stride, scores, out);
-  else
-    attend_rows<8>(q, k, v, rows, rep, span, scale, visible, mask_stride, scores, out);
-}
-
-VA_CLONES void attend_rows_f32(const float* q, const float* k, const float* v, int64_t hd, int64_t rows, int64_t rep,
-                               int64_t span, float scale, const bool* visible, int64_t mask_stride, float* scores,
-                               float* out) {
-  if (hd == 64)
-    attend_rows<4>(q, k, v, rows, rep, span, scale, visible, mask_stride, scores, out);
-  else
-    attend_rows<8>(q, k, v, rows, rep, span, scale, visible, mask_stride, scores, out);
-}
-
-inline void attend_rows_any(const float* q, const c10::BFloat16* k, const c10::BFloat16* v, int64_t hd, int64_t rows,
-                            int64_t rep, int64_t span, float scale, const bool* visible, int64_t mask_stride,
-                            float* scores, float* out) {
-  attend_rows_bf16(q, k, v, hd, rows, rep, span, scale, visible, mask_stride, scores, out);
-}
-
-inline void attend_rows_any(const float* q, const float* k, const float* v, int64_t hd, int64_t rows, int64_t rep,
-                            int64_t span, float scale, const bool* visible, int64_t mask_stride, float* scores,
-                            float* out) {
-  attend_rows_f32(q, k, v, hd, rows, rep, span, scale, visible, mask_stride, scores, out);
-}
+// One clone set per phase and cache dtype (target_clones wants plain functions); head_dim 64 or 128.
+#define VA_PHASES(SUFFIX, KV)                                                                                       \
+  VA_CLONES void part_scores_##SUFFIX(const Rows& rows, const KV* k, int64_t hd, int64_t s0, int64_t s1, float scale, \
+                                      int64_t span_pad, float* scores, float* part_max) {                           \
+    if (hd == 64)                                                                                                   \
+      part_scores<4>(rows, k, s0, s1, scale, span_pad, scores, part_max);                                          \
+    else                                                                                                            \
+      part_scores<8>(rows, k, s0, s1, scale, span_pad, scores, part_max);                                          \
+  }                                                                                                                 \
+  VA_CLONES void part_values_##SUFFIX(const Rows& rows, const KV* v, int64_t hd, int64_t s0, int64_t s1,             \
+                                      int64_t span_pad, const float* row_max, float* scores, float* part_sum,       \
+                                      float* part_acc) {                                                            \
+    if (hd == 64)                                                                                                   \
+      part_values<4>(rows, v, s0, s1, span_pad, row_max, scores, part_sum, part_acc);                              \
+    else                                                                                                            \
+      part_values<8>(rows, v, s0, s1, span_pad, row_max, scores, part_sum, part_acc);                              \
+  }                                                                                                                 \
+  inline void part_scores_any(const Rows& rows, const KV* k, int64_t hd, int64_t s0, int64_t s1, float scale,        \
+                              int64_t span_pad, float* scores, float* part_max) {                                   \
+    part_scores_##SUFFIX(rows, k, hd, s0, s1, scale, span_pad, scores, part_max);                                   \
+  }                                                                                                                 \
+  inline void part_values_any(const Rows& rows, const KV* v, int64_t hd, int64_t s0, int64_t s1, int64_t span_pad,   \
+                              const float* row_max, float* scores, float* part_sum, float* part_acc) {              \
+    part_values_##SUFFIX(rows, v, hd, s0, s1, span_pad, row_max, scores, part_sum, part_acc);                       \
+  }
+VA_PHASES(bf16, c10::BFloat16)
+VA_PHASES(f32, float)
+#undef VA_PHASES
 
 VA_CLONES void silu_mul_row(const float* __restrict g, const float* __restrict u, float* __restrict out, int64_t n) {
   int64_t j = 0;
@@ -275,38 +303,121 @@ VA_CLONES void add_row(float* __restrict x, const float* __restrict y, int64_t n
   for (int64_t j = 0; j < n; ++j) x[j] = x[j] + y[j];
 }
 
-// One query group (the `rep` query heads of one KV head, each at T positions) over `span` keys.
-template <typename KV>
-void attend_group(const Pass& p, int64_t b, int64_t g, const float* q, float* y, int layer) {
-  const int64_t hd = p.head_dim, span = p.span, rep = p.n_heads / p.n_kv_heads, t_n = p.tokens;
-  const int64_t span_pad = (span + 15) / 16 * 16, rows = t_n * rep;
-  const size_t base = ((static_cast<size_t>(layer) * p.batch + b) * p.n_kv_heads + g) * p.capacity * hd;
-  thread_local std::vector<float> qg, scores, out;  // reused: no allocation a pass
-  qg.resize(rows * hd);
-  scores.resize(rows * span_pad);
-  out.resize(rows * hd);
-  for (int64_t t = 0; t < t_n; ++t)
-    for (int64_t r = 0; r < rep; ++r)
-      std::memcpy(qg.data() + (t * rep + r) * hd, q + ((b * t_n + t) * p.n_heads + g * rep + r) * hd, hd * sizeof(float));
-  const bool* visible = p.mask ? p.mask + b * p.mask_rows * span : nullptr;
-  attend_rows_any(qg.data(), static_cast<const KV*>(p.k_cache) + base, static_cast<const KV*>(p.v_cache) + base, hd,
-                  rows, rep, span, 1.0f / std::sqrt(static_cast<float>(hd)), visible, span, scores.data(), out.data());
-  // SDPA on a bf16 cache returns bf16: round as it does, so the o-projection sees the same kind of input
-  for (int64_t t = 0; t < t_n; ++t)
+// Where one query group (the `rep` query heads of one KV head, each at T positions) reads and writes.
+struct Group {
+  Rows rows;
+  size_t base;  // its K/V in the cache, in elements
+};
+
+Group group_of(const Pass& p, const float* q, int layer, int64_t group) {
+  const int64_t b = group / p.n_kv_heads, g = group % p.n_kv_heads, rep = p.n_heads / p.n_kv_heads;
+  Group out;
+  out.rows.n = p.tokens * rep;
+  const bool* mask = p.mask ? p.mask + b * p.mask_rows * p.span : nullptr;
+  for (int64_t t = 0; t < p.tokens; ++t)
     for (int64_t r = 0; r < rep; ++r) {
-      const float* src = out.data() + (t * rep + r) * hd;
-      float* dst = y + ((b * t_n + t) * p.n_heads + g * rep + r) * hd;
-      for (int64_t j = 0; j < hd; ++j) dst[j] = bf16_to_float(from_float<KV>(src[j]));
+      out.rows.q[t * rep + r] = q ? q + ((b * p.tokens + t) * p.n_heads + g * rep + r) * p.head_dim : nullptr;
+      out.rows.visible[t * rep + r] = mask ? mask + t * p.span : nullptr;
     }
+  out.base = ((static_cast<size_t>(layer) * p.batch + b) * p.n_kv_heads + g) * p.capacity * p.head_dim;
+  return out;
 }
 
-// -ffp-contract=off: each multiply and add rounds as ATen's do, so q, K and V are bit-identical
+// Part `part` of the span: keys [begin, end), whole blocks of 16 but the last.
+void part_keys(const Pass& p, int part, int64_t& begin, int64_t& end) {
+  const int64_t blocks = (p.span + 15) / 16, half = blocks / 2 * 16;
+  begin = part == 0 ? 0 : half;
+  end = part == 0 ? half : p.span;
+}
+
+int64_t span_pad(const Pass& p) { return (p.span + 15) / 16 * 16; }
+
 template <typename KV>
-__attribute__((optimize("fp-contract=off"))) void rope_and_write(const Pass& p, const float* qkv, const float* cos, const float* ssin, float* q, int layer) {
-  const int64_t hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
+void scores_part(const Pass& p, const float* q, int layer, int64_t group, int part, const AttendScratch& s) {
+  const Group g = group_of(p, q, layer, group);
+  int64_t s0, s1;
+  part_keys(p, part, s0, s1);
+  part_scores_any(g.rows, static_cast<const KV*>(p.k_cache) + g.base, p.head_dim, s0, s1,
+                  1.0f / std::sqrt(static_cast<float>(p.head_dim)), span_pad(p), s.scores, s.part_max + part * g.rows.n);
+}
+
+template <typename KV>
+void values_part(const Pass& p, int layer, int64_t group, int part, const AttendScratch& s) {
+  const Group g = group_of(p, nullptr, layer, group);
+  const int64_t n = g.rows.n;
+  float row_max[kMaxQueryRows];
+  for (int64_t r = 0; r < n; ++r) {
+    row_max[r] = s.part_max[r];
+    for (int k = 1; k < kSpanParts; ++k) row_max[r] = std::max(row_max[r], s.part_max[k * n + r]);
+  }
+  int64_t s0, s1;
+  part_keys(p, part, s0, s1);
+  part_values_any(g.rows, static_cast<const KV*>(p.v_cache) + g.base, p.head_dim, s0, s1, span_pad(p), row_max,
+                  s.scores, s.part_sum + part * n, s.part_acc + part * n * p.head_dim);
+}
+
+// the parts' weighted sums / the parts' sums, each added in part order, into y, rounded as SDPA on a bf16 cache returns it (bf16), so that the
+// o-projection sees the same kind of input
+template <typename KV>
+void combine(const Pass& p, float* y, int64_t group, const AttendScratch& s) {
+  const int64_t b = group / p.n_kv_heads, g = group % p.n_kv_heads, rep = p.n_heads / p.n_kv_heads;
+  const int64_t n = p.tokens * rep, hd = p.head_dim;
+  for (int64_t i = 0; i < n; ++i) {
+    float total = s.part_sum[i];
+    for (int k = 1; k < kSpanParts; ++k) total += s.part_sum[k * n + i];
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // 0: no key visible
+    float acc[512];
+    std::memcpy(acc, s.part_acc + i * hd, hd * sizeof(float));
+    for (int k = 1; k < kSpanParts; ++k)
+      for (int64_t j = 0; j < hd; ++j) acc[j] += s.part_acc[(k * n + i) * hd + j];
+    float* dst = y + ((b * p.tokens + i / rep) * p.n_heads + g * rep + i % rep) * hd;
+    for (int64_t j = 0; j < hd; ++j) dst[j] = bf16_to_float(from_float<KV>(acc[j] * inv));
+  }
+}
+
+// RoPE of `heads` heads of one token (x: heads x hd), each value rounded to bf16 where `to_bf16` (the
+// cache's dtype) and kept as an fp32: out = x * cos + rotate_half(x) * ssin. -ffp-contract=off: each
+// multiply and add rounds as ATen's do, so q, K and V are bit-identical to engine/model.py's.
+__attribute__((optimize("fp-contract=off"))) VA_CLONES void rope_heads(const float* __restrict x,
+                                                                       const float* __restrict c,
+                                                                       const float* __restrict sn, int64_t heads,
+                                                                       int64_t hd, bool to_bf16, float* __restrict out) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* xh = x + h * hd;
+    float* o = out + h * hd;
+    for (int64_t j = 0; j < half; ++j) o[j] = xh[j] * c[j] + xh[j + half] * sn[j];
+    for (int64_t j = half; j < hd; ++j) o[j] = xh[j] * c[j] + xh[j - half] * sn[j];
+    if (to_bf16)
+      for (int64_t j = 0; j < hd; j += 16) store16(o + j, round_bf16(load16(o + j)));
+  }
+}
+
+// x rounded to bf16 (finite values: as c10::BFloat16 rounds them), kept as fp32
+VA_CLONES void round_bf16_rows(const float* __restrict x, int64_t n, float* __restrict out) {
+  for (int64_t j = 0; j < n; j += 16) store16(out + j, round_bf16(load16(x + j)));
+}
+
+// fp32 values that are already bf16 numbers -> the cache's dtype (exact)
+inline void store_kv(c10::BFloat16* dst, const float* src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, src + j, sizeof bits);
+    dst[j].x = static_cast<uint16_t>(bits >> 16);
+  }
+}
+inline void store_kv(float* dst, const float* src, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+template <typename KV>
+void rope_and_write(const Pass& p, const float* qkv, const float* cos, const float* ssin, float* q, int layer) {
+  const int64_t hd = p.head_dim, nh = p.n_heads, nkv = p.n_kv_heads;
   const int64_t width = (nh + 2 * nkv) * hd;
+  constexpr bool bf16 = std::is_same<KV, c10::BFloat16>::value;
   KV* kc = static_cast<KV*>(p.k_cache);
   KV* vc = static_cast<KV*>(p.v_cache);
+  thread_local std::vector<float> buf;  // one token's K then V heads, rounded
+  buf.resize(2 * nkv * hd);
+  float* kv = buf.data();
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t t = 0; t < p.tokens; ++t) {
       const int64_t row = b * p.tokens + t;
@@ -314,22 +425,16 @@ __attribute__((optimize("fp-contract=off"))) void rope_and_write(const Pass& p, 
       const float* c = cos + row * hd;
       const float* sn = ssin + row * hd;
       const int64_t slot = p.start >= 0 ? p.start + t : p.slots[row];
-      for (int64_t h = 0; h < nh + nkv; ++h) {
-        const float* x = in + h * hd;
-        KV rot[512];
-        for (int64_t j = 0; j < hd; ++j) rot[j] = from_float<KV>(x[j] * c[j] + x[(j + half) % hd] * sn[j]);
-        if (h < nh) {
-          float* qo = q + (row * nh + h) * hd;
-          for (int64_t j = 0; j < hd; ++j) qo[j] = bf16_to_float(rot[j]);
-        } else {
-          const size_t at = (((static_cast<size_t>(layer) * p.batch + b) * nkv + (h - nh)) * p.capacity + slot) * hd;
-          std::memcpy(kc + at, rot, hd * sizeof(KV));
-        }
-      }
+      rope_heads(in, c, sn, nh, hd, bf16, q + row * nh * hd);
+      rope_heads(in + nh * hd, c, sn, nkv, hd, bf16, kv);
+      if (bf16)
+        round_bf16_rows(in + (nh + nkv) * hd, nkv * hd, kv + nkv * hd);
+      else
+        std::memcpy(kv + nkv * hd, in + (nh + nkv) * hd, nkv * hd * sizeof(float));
       for (int64_t h = 0; h < nkv; ++h) {
-        const float* x = in + (nh + nkv + h) * hd;
         const size_t at = (((static_cast<size_t>(layer) * p.batch + b) * nkv + h) * p.capacity + slot) * hd;
-        for (int64_t j = 0; j < hd; ++j) vc[at + j] = from_float<KV>(x[j]);
+        store_kv(kc + at, kv + h * hd, hd);
+        store_kv(vc + at, kv + (nkv + h) * hd, hd);
       }
     }
   }
@@ -351,13 +456,50 @@ void rope_write(const Pass& p, const float* qkv, const float* cos, const float* 
     rope_and_write<float>(p, qkv, cos, ssin, q, layer);
 }
 
+int64_t attend_scratch_floats(const Pass& p) {
+  const int64_t n = p.tokens * (p.n_heads / p.n_kv_heads);
+  return n * span_pad(p) + kSpanParts * n * (2 + p.head_dim);
+}
+
+AttendScratch attend_scratch(const Pass& p, float* base) {
+  const int64_t n = p.tokens * (p.n_heads / p.n_kv_heads);
+  AttendScratch s;
+  s.scores = base;
+  s.part_max = s.scores + n * span_pad(p);
+  s.part_sum = s.part_max + kSpanParts * n;
+  s.part_acc = s.part_sum + kSpanParts * n;
+  return s;
+}
+
+void attend_scores(const Pass& p, const float* q, int layer, int64_t group, int part, const AttendScratch& s) {
+  if (p.kv_bf16)
+    scores_part<c10::BFloat16>(p, q, layer, group, part, s);
+  else
+    scores_part<float>(p, q, layer, group, part, s);
+}
+
+void attend_values(const Pass& p, int layer, int64_t group, int part, const AttendScratch& s) {
+  if (p.kv_bf16)
+    values_part<c10::BFloat16>(p, layer, group, part, s);
+  else
+    values_part<float>(p, layer, group, part, s);
+}
+
+void attend_combine(const Pass& p, float* y, int64_t group, const AttendScratch& s) {
+  if (p.kv_bf16)
+    combine<c10::BFloat16>(p, y, group, s);
+  else
+    combine<float>(p, y, group, s);
+}
+
 void attend(const Pass& p, const float* q, float* y, int layer, int64_t group_begin, int64_t group_end) {
-  for (int64_t i = group_begin; i < group_end; ++i) {
-    const int64_t b = i / p.n_kv_heads, g = i % p.n_kv_heads;
-    if (p.kv_bf16)
-      attend_group<c10::BFloat16>(p, b, g, q, y, layer);
-    else
-      attend_group<float>(p, b, g, q, y, layer);
+  thread_local std::vector<float> buf;  // reused: no allocation a pass
+  buf.resize(attend_scratch_floats(p));
+  const AttendScratch s = attend_scratch(p, buf.data());
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    for (int part = 0; part < kSpanParts; ++part) attend_scores(p, q, layer, g, part, s);
+    for (int part = 0; part < kSpanParts; ++part) attend_values(p, layer, g, part, s);
+    attend_combine(p, y, g, s);
   }
 }
 

@@ -12,8 +12,10 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 namespace narrow {
 
@@ -43,52 +45,87 @@ class SpinBarrier {
   std::atomic<int> flag_{0};
 };
 
-// Thread t's share of n output rows, in whole cache lines of the result.
-inline void share(int64_t n, int t, int threads, int64_t& n0, int64_t& n1) {
-  const int64_t lines = (n + 15) / 16;
-  n0 = std::min(n, lines * t / threads * 16);
-  n1 = std::min(n, lines * (t + 1) / threads * 16);
-}
+// A thread's chunks of a linear's output rows: it takes them from the front, and a thread done with its own
+// takes them from the back, so that a thread slowed by its core's other tenants holds no one up. Each
+// thread still streams its own contiguous rows: handing out chunks in turn from one counter made whole
+// 1-4-token passes 10-25% slower (AMD EPYC, 2026-12-06), the hardware prefetcher losing its stream.
+class alignas(64) Share {
+ public:
+  void reset(int64_t begin, int64_t end) { range_.store(pack(begin, end), std::memory_order_relaxed); }
+  int64_t front() { return take(true); }
+  int64_t back() { return take(false); }
+
+ private:
+  static uint64_t pack(int64_t f, int64_t b) { return (static_cast<uint64_t>(f) << 32) | static_cast<uint64_t>(b); }
+  int64_t take(bool from_front) {
+    uint64_t r = range_.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t f = static_cast<int64_t>(r >> 32), b = static_cast<int64_t>(r & 0xffffffffu);
+      if (f >= b) return -1;
+      const uint64_t next = from_front ? pack(f + 1, b) : pack(f, b - 1);
+      if (range_.compare_exchange_weak(r, next, std::memory_order_relaxed)) return from_front ? f : b - 1;
+    }
+  }
+  std::atomic<uint64_t> range_{0};
+};
 
 }  // namespace
 
 void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector<Layer>& layers, const float* cos,
-                const float* ssin, const Scratch& s, int threads) {
-  const int64_t rows = p.batch * p.tokens, groups = p.batch * p.n_kv_heads;
+                const float* ssin, const Scratch& s, int threads, const Head* head) {
+  const int64_t rows = p.batch * p.tokens, groups = p.batch * p.n_kv_heads, items = groups * kSpanParts;
   SpinBarrier barrier(threads);
   gemv::Quant quant{};
+  std::vector<Share> work(threads);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
     int sense = 0;
-    // y = in . W^T: thread 0 quantises the input, each thread multiplies its share of the rows of W
-    auto linear = [&](const gemv::Matrix& m, const float* in, float* y) {
-      if (t == 0) quant = gemv::quantize(in, rows * m.k, s.xq);
+    // y [m_rows, m.n] = in . W^T: thread 0 quantises the input, each thread multiplies its share of the
+    // rows of W (chunks of ~16 KB of weights, whole cache lines of y), then takes what is left of the others'
+    auto linear = [&](const gemv::Matrix& m, const float* in, float* y, int64_t m_rows) {
+      const int64_t chunk = std::max<int64_t>(16, (16384 / m.k + 15) / 16 * 16);
+      const int64_t chunks = (m.n + chunk - 1) / chunk;
+      if (t == 0) quant = gemv::quantize(in, m_rows * m.k, s.xq);
+      work[t].reset(chunks * t / threads, chunks * (t + 1) / threads);
       barrier.wait(sense);
-      int64_t n0, n1;
-      share(m.n, t, threads, n0, n1);
-      gemv::product(m, s.xq, rows, quant, s.acc, y, n0, n1);
+      auto run = [&](int64_t c) { gemv::product(m, s.xq, m_rows, quant, y, c * chunk, std::min(m.n, (c + 1) * chunk)); };
+      for (int64_t c; (c = work[t].front()) >= 0;) run(c);
+      for (int other = 1; other < threads; ++other)
+        for (int64_t c; (c = work[(t + other) % threads].back()) >= 0;) run(c);
       barrier.wait(sense);
     };
     for (size_t i = 0; i < layers.size(); ++i) {
       const Layer& l = layers[i];
       if (t == 0) rms_norm(x, l.norm_attn, s.h, rows, d, eps);
-      linear(l.qkv, s.h, s.qkv);
+      linear(l.qkv, s.h, s.qkv, rows);
       if (t == 0) rope_write(p, s.qkv, cos, ssin, s.q, static_cast<int>(i));
       barrier.wait(sense);
-      int64_t g0 = groups * t / threads, g1 = groups * (t + 1) / threads;
-      attend(p, s.q, s.y, static_cast<int>(i), g0, g1);
+      // attention: each thread a share of the (query group, part of the span) items, phase by phase
+      // (narrow_kernels.h); splitting by group alone left one thread 2 of SmolLM2's 3 groups
+      for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it)
+        attend_scores(p, s.q, static_cast<int>(i), it / kSpanParts, static_cast<int>(it % kSpanParts), s.attend[it / kSpanParts]);
       barrier.wait(sense);
-      linear(l.o, s.y, s.out);
+      for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it)
+        attend_values(p, static_cast<int>(i), it / kSpanParts, static_cast<int>(it % kSpanParts), s.attend[it / kSpanParts]);
+      barrier.wait(sense);
+      if (t == 0)
+        for (int64_t g = 0; g < groups; ++g) attend_combine(p, s.y, g, s.attend[g]);
+      linear(l.o, s.y, s.out, rows);
       if (t == 0) {
         add(x, s.out, rows * d);
         rms_norm(x, l.norm_mlp, s.h, rows, d, eps);
       }
-      linear(l.gate_up, s.h, s.gate_up);
+      linear(l.gate_up, s.h, s.gate_up, rows);
       if (t == 0) silu_mul(s.gate_up, s.act, rows, l.gate_up.n / 2);
-      linear(l.down, s.act, s.out);
+      linear(l.down, s.act, s.out, rows);
       if (t == 0) add(x, s.out, rows * d);
       // the next layer's first step is thread 0's, and the linear after it starts with a barrier
+    }
+    if (head) {  // the final norm of the rows read, and the LM head: its ~28 MB streams like the layers'
+      if (t == 0)
+        for (int64_t r = 0; r < head->n_read; ++r) rms_norm(x + head->read[r] * d, head->norm, s.h + r * d, 1, d, eps);
+      linear(head->lm, s.h, head->logits, head->n_read);
     }
   }
 }

@@ -41,14 +41,12 @@ class Int8Matrix {
     TORCH_CHECK(m >= 1 && m <= gemv::kMaxRows, "Int8Matrix: 1 to ", gemv::kMaxRows, " rows, got ", m);
     auto xq = at::empty({m, k}, x2.options().dtype(at::kByte));
     const auto q = gemv::quantize(x2.data_ptr<float>(), m * k, xq.data_ptr<uint8_t>());
-    auto acc = at::empty({m, n}, x2.options().dtype(at::kInt));
     auto y = at::empty({m, n}, x2.options());
     const uint8_t* xp = xq.data_ptr<uint8_t>();
-    int32_t* ap = acc.data_ptr<int32_t>();
     float* yp = y.data_ptr<float>();
     // a thread's share should stream at least ~150 KB of weights, or waking it costs more than it gives
     const int64_t grain = std::max<int64_t>(64, 150000 / k);
-    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { gemv::product(mat, xp, m, q, ap, yp, n0, n1); });
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { gemv::product(mat, xp, m, q, yp, n0, n1); });
     auto shape = x.sizes().vec();
     shape.back() = n;
     return y.view(shape);
@@ -100,7 +98,6 @@ class NativeLayers {
                                  linears_[4 * i].gemv->matrix(), linears_[4 * i + 1].gemv->matrix(),
                                  linears_[4 * i + 2].gemv->matrix(), linears_[4 * i + 3].gemv->matrix()});
     for (const auto& l : layer_matrices_) {  // the one-region pass's scratch: the widest linear's in and out
-      widest_n_ = std::max({widest_n_, l.qkv.n, l.o.n, l.gate_up.n, l.down.n});
       widest_k_ = std::max({widest_k_, l.qkv.k, l.o.k, l.gate_up.k, l.down.k});
     }
     one_region = all_gemv;
@@ -113,8 +110,8 @@ class NativeLayers {
   at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& ssin, const c10::optional<at::Tensor>& mask,
                      const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t start, const at::Tensor& slots,
                      int64_t span, int64_t fold, bool narrow) const {
-    py::gil_scoped_release no_gil;  // other calls' threads run Python meanwhile
-    if (narrow && fused_narrow && fusable(x, mask, k_cache, v_cache, slots, start))
+    if (narrow && fused_narrow && x.scalar_type() == at::kFloat && x.device().is_cpu() &&
+        fusable(x.size(1), mask, k_cache, v_cache, slots, start))
       return forward_narrow(x, cos, ssin, mask, k_cache, v_cache, start, slots, span);
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
     const auto kv_dtype = k_cache.scalar_type();
@@ -153,6 +150,76 @@ class NativeLayers {
     return x;
   }
 
+  // The model's ends, for narrow_logits: in front its token embedding [V, D] (any float dtype) and RoPE
+  // tables [max_len, hd] (cos, and sin with its first half negated: engine.model.signed_sin), fp32;
+  // behind, its final RMSNorm's fp32 weight and its LM head.
+  void set_ends(at::Tensor embed, at::Tensor rope_cos, at::Tensor rope_ssin, at::Tensor norm_fp32,
+                std::shared_ptr<Int8Matrix> lm_head) {
+    TORCH_CHECK(embed.dim() == 2 && embed.is_contiguous() && (embed.scalar_type() == at::kBFloat16 ||
+                embed.scalar_type() == at::kFloat), "set_ends: a contiguous bf16 or fp32 [V, D] embedding");
+    for (const auto* t : {&rope_cos, &rope_ssin, &norm_fp32})
+      TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), "set_ends: contiguous fp32 tables");
+    TORCH_CHECK(rope_cos.sizes() == rope_ssin.sizes() && rope_cos.size(1) == hd_, "set_ends: [max_len, head_dim] RoPE tables");
+    embed_ = std::move(embed);
+    rope_cos_ = std::move(rope_cos);
+    rope_ssin_ = std::move(rope_ssin);
+    head_norm_ = std::move(norm_fp32);
+    head_ = std::move(lm_head);
+    widest_k_ = std::max(widest_k_, head_->matrix().k);
+  }
+
+  // The logits [N, V] fp32 of a pass over a cache at its rows `read` (indices into its B * T tokens),
+  // where it is narrow (at most `narrow_up_to` tokens) and runs in one region: from the token ids to the
+  // logits in one call, its embedding, RoPE rows and mask read here, not by ATen ops (after a pass has
+  // streamed the weights through the caches, each ATen op costs tens of microseconds). Else None, and
+  // the caller takes engine/model.py's way. tokens and positions [B, T] int64; mask [B, 1, T, S] bool
+  // (S: the span of key slots read); the rest as forward().
+  c10::optional<at::Tensor> narrow_logits(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
+                                          const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t start,
+                                          const at::Tensor& slots, const at::Tensor& read, int64_t narrow_up_to) const {
+    const int64_t b = tokens.size(0), t = tokens.size(1), rows = b * t, d = head_norm_.defined() ? head_norm_.size(0) : 0;
+    if (!head_ || !fused_narrow || rows > narrow_up_to || !in_one_region(rows) || !tokens.device().is_cpu() ||
+        !fusable(t, mask, k_cache, v_cache, slots, start) || mask.dim() != 4 || mask.size(2) != t)
+      return c10::nullopt;
+    TORCH_CHECK(tokens.scalar_type() == at::kLong && positions.scalar_type() == at::kLong &&
+                positions.sizes() == tokens.sizes(), "narrow_logits: int64 [B, T] tokens and positions");
+    TORCH_CHECK(read.scalar_type() == at::kLong && read.dim() == 1 && read.numel() >= 1 && read.numel() <= rows,
+                "narrow_logits: 1 to ", rows, " int64 rows to read, got ", read.numel());
+    auto tok = tokens.contiguous(), pos = positions.contiguous(), idx = read.contiguous();
+    const int64_t* tp = tok.data_ptr<int64_t>();
+    const int64_t* pp = pos.data_ptr<int64_t>();
+    const int64_t* ip = idx.data_ptr<int64_t>();
+    for (int64_t i = 0; i < idx.numel(); ++i)
+      TORCH_CHECK(ip[i] >= 0 && ip[i] < rows, "narrow_logits: read row ", ip[i], " is outside the pass");
+    thread_local std::vector<float> front;  // x, cos and ssin rows: reused, no allocation a pass
+    front.resize(rows * (d + 2 * hd_));
+    float* x = front.data();
+    float* cosf = x + rows * d;
+    float* ssinf = cosf + rows * hd_;
+    for (int64_t r = 0; r < rows; ++r) {
+      TORCH_CHECK(tp[r] >= 0 && tp[r] < embed_.size(0), "narrow_logits: token ", tp[r], " is outside the vocabulary");
+      TORCH_CHECK(pp[r] >= 0 && pp[r] < rope_cos_.size(0), "narrow_logits: position ", pp[r], " is past the RoPE table");
+      if (embed_.scalar_type() == at::kBFloat16) {  // bf16 -> fp32 is exact: engine.model's .float()
+        const c10::BFloat16* e = embed_.data_ptr<c10::BFloat16>() + tp[r] * d;
+        for (int64_t j = 0; j < d; ++j) x[r * d + j] = static_cast<float>(e[j]);
+      } else {
+        std::memcpy(x + r * d, embed_.data_ptr<float>() + tp[r] * d, d * sizeof(float));
+      }
+      std::memcpy(cosf + r * hd_, rope_cos_.data_ptr<float>() + pp[r] * hd_, hd_ * sizeof(float));
+      std::memcpy(ssinf + r * hd_, rope_ssin_.data_ptr<float>() + pp[r] * hd_, hd_ * sizeof(float));
+    }
+    auto visible = mask.contiguous();
+    const bool* vp = visible.data_ptr<bool>();
+    const bool every_key = std::all_of(vp, vp + visible.numel(), [](bool v) { return v; });  // as PassMask: no mask
+    narrow::Pass p{b, t, nh_, nkv_, hd_, k_cache.size(3), mask.size(3), start,
+                   start >= 0 ? nullptr : slots.data_ptr<int64_t>(), every_key ? nullptr : vp, t,
+                   k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
+    auto logits = at::empty({idx.numel(), head_->matrix().n}, tokens.options().dtype(at::kFloat));
+    const narrow::Head head{head_norm_.data_ptr<float>(), head_->matrix(), ip, idx.numel(), logits.data_ptr<float>()};
+    run_region(p, x, d, cosf, ssinf, &head);
+    return logits;
+  }
+
   // Narrow passes run the hand loops of narrow_kernels.cpp around the linears (false: the ATen ops
   // above, as the Python layers take them; for tests and same-run comparisons).
   bool fused_narrow = true;
@@ -161,17 +228,47 @@ class NativeLayers {
   bool one_region = true;
 
  private:
-  bool fusable(const at::Tensor& x, const c10::optional<at::Tensor>& mask, const at::Tensor& k_cache,
-               const at::Tensor& v_cache, const at::Tensor& slots, int64_t start) const {
+  // Whether the hand loops take a pass of t tokens a row over this cache.
+  bool fusable(int64_t t, const c10::optional<at::Tensor>& mask, const at::Tensor& k_cache, const at::Tensor& v_cache,
+               const at::Tensor& slots, int64_t start) const {
     const auto kv = k_cache.scalar_type();
-    return x.scalar_type() == at::kFloat && x.device().is_cpu() && (kv == at::kBFloat16 || kv == at::kFloat) &&
+    return k_cache.device().is_cpu() && (kv == at::kBFloat16 || kv == at::kFloat) &&
            v_cache.scalar_type() == kv && k_cache.is_contiguous() && v_cache.is_contiguous() && (hd_ == 64 || hd_ == 128) &&
-           x.size(1) * (nh_ / nkv_) <= narrow::kMaxQueryRows &&
+           t * (nh_ / nkv_) <= narrow::kMaxQueryRows &&
            (!mask || mask->scalar_type() == at::kBool) &&
            (start >= 0 || (slots.scalar_type() == at::kLong && slots.is_contiguous()));
   }
 
-  // A narrow pass: per layer four ATen calls (the int8 x int8 linears) and hand loops between them.
+  // Whether a fusable narrow pass of `rows` tokens runs every layer in one OpenMP region (narrow_pass.cpp).
+  bool in_one_region(int64_t rows) const {
+    return one_region && !layer_matrices_.empty() && rows <= gemv::kMaxRows && at::get_num_threads() > 1;
+  }
+
+  // Every layer (and `head`, where given) of a narrow pass in one region, x [rows, d] updated in place; its
+  // scratch is this thread's, reused from pass to pass.
+  void run_region(const narrow::Pass& p, float* x, int64_t d, const float* cosf, const float* ssinf,
+                  const narrow::Head* head) const {
+    const int64_t rows = p.batch * p.tokens, groups = p.batch * nkv_, per_group = narrow::attend_scratch_floats(p);
+    const auto& l0 = layer_matrices_[0];
+    const int64_t widths[] = {d, l0.qkv.n, nh_ * hd_, nh_ * hd_, d, l0.gate_up.n, l0.gate_up.n / 2};
+    thread_local std::vector<float> buf;
+    thread_local std::vector<uint8_t> xq;
+    int64_t total = groups * per_group;
+    for (int64_t w : widths) total += rows * w;
+    buf.resize(total);
+    xq.resize(rows * widest_k_);
+    float* f[7];
+    float* next = buf.data();
+    for (int i = 0; i < 7; ++i) {
+      f[i] = next;
+      next += rows * widths[i];
+    }
+    narrow::Scratch sc{f[0], f[1], f[2], f[3], f[4], f[5], f[6], xq.data(), {}};
+    for (int64_t g = 0; g < groups; ++g) sc.attend.push_back(narrow::attend_scratch(p, next + g * per_group));
+    narrow::run_layers(p, x, d, static_cast<float>(eps_), layer_matrices_, cosf, ssinf, sc, at::get_num_threads(), head);
+  }
+
+  // A narrow pass: per layer four linears and hand loops between them.
   at::Tensor forward_narrow(at::Tensor x, const at::Tensor& cos, const at::Tensor& ssin,
                             const c10::optional<at::Tensor>& mask, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             int64_t start, const at::Tensor& slots, int64_t span) const {
@@ -184,20 +281,8 @@ class NativeLayers {
                    mask ? visible.data_ptr<bool>() : nullptr, mask ? visible.size(2) : 0,
                    k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
     float* xs = x.data_ptr<float>();
-    const int threads = at::get_num_threads();
-    if (one_region && !layer_matrices_.empty() && rows <= gemv::kMaxRows && threads > 1) {
-      const auto f = x.options();
-      auto h = at::empty({rows, d}, f), qkv = at::empty({rows, layer_matrices_[0].qkv.n}, f);
-      auto q = at::empty({rows, nh_ * hd_}, f), y = at::empty({rows, nh_ * hd_}, f), out = at::empty({rows, d}, f);
-      auto gate_up = at::empty({rows, layer_matrices_[0].gate_up.n}, f);
-      auto act = at::empty({rows, layer_matrices_[0].gate_up.n / 2}, f);
-      auto xq = at::empty({rows, widest_k_}, f.dtype(at::kByte));
-      auto acc = at::empty({rows, widest_n_}, f.dtype(at::kInt));
-      narrow::Scratch sc{h.data_ptr<float>(), qkv.data_ptr<float>(), q.data_ptr<float>(), y.data_ptr<float>(),
-                         out.data_ptr<float>(), gate_up.data_ptr<float>(), act.data_ptr<float>(),
-                         xq.data_ptr<uint8_t>(), acc.data_ptr<int32_t>()};
-      narrow::run_layers(p, xs, d, static_cast<float>(eps_), layer_matrices_, cosf.data_ptr<float>(),
-                         ssinf.data_ptr<float>(), sc, threads);
+    if (in_one_region(rows)) {
+      run_region(p, xs, d, cosf.data_ptr<float>(), ssinf.data_ptr<float>(), nullptr);
       return x;
     }
     auto h = at::empty({b, t, d}, x.options());
@@ -262,7 +347,9 @@ class NativeLayers {
   std::vector<at::Tensor> norms_, norms_fp32_;
   std::vector<Linear> linears_;
   std::vector<narrow::Layer> layer_matrices_;  // empty unless every linear has an Int8Matrix
-  int64_t widest_n_ = 0, widest_k_ = 0;          // over layer_matrices_
+  int64_t widest_k_ = 0;                         // over layer_matrices_ (and the head's)
+  at::Tensor embed_, rope_cos_, rope_ssin_, head_norm_;  // set_ends()
+  std::shared_ptr<Int8Matrix> head_;
   double eps_;
   int64_t nh_, nkv_, hd_;
   c10::OperatorHandle linear_dynamic_, linear_packed_;
@@ -282,7 +369,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<NativeLayers>(m, "NativeLayers")
       .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, const std::vector<py::tuple>&, double, int64_t,
                     int64_t, int64_t>())
-      .def("forward", &NativeLayers::forward)
+      // without the GIL: other calls' threads run Python meanwhile
+      .def("forward", &NativeLayers::forward, py::call_guard<py::gil_scoped_release>())
+      .def("set_ends", &NativeLayers::set_ends)
+      .def("narrow_logits", &NativeLayers::narrow_logits, py::call_guard<py::gil_scoped_release>())
       .def_readwrite("fused_narrow", &NativeLayers::fused_narrow)
       .def_readwrite("one_region", &NativeLayers::one_region);
 }
