@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -51,6 +52,10 @@ CFLAGS = ["-O3", "-fopenmp"]
 # the sources, headers included, and flags (torch's own rebuild check reads only the .cpp files).
 _SOURCE_HASH = hashlib.sha1(b"".join(f.read_bytes() for f in sorted(CSRC.iterdir())) + " ".join(CFLAGS).encode()).hexdigest()[:10]
 EXTENSION = "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__) + "_" + _SOURCE_HASH
+
+# torch's build takes a lock file in the build folder and waits, without end, while one exists; a build
+# that was killed leaves it behind, and every later load would hang. A build takes ~30-60 s.
+STALE_LOCK_S = 600
 
 _lock = threading.Lock()
 _state: dict[str, ModuleType | str] = {}  # "module" or "error", once tried
@@ -78,6 +83,7 @@ def load_extension() -> ModuleType | None:
                 from torch.utils.cpp_extension import load
 
                 native_dir().mkdir(parents=True, exist_ok=True)
+                _remove_stale_lock()
                 if not built_path().exists():  # say why the first load pauses
                     log.warning("building the native layers once (~30 s) into %s", native_dir())
                 _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
@@ -88,6 +94,17 @@ def load_extension() -> ModuleType | None:
                             _state["error"])
         mod = _state.get("module")
         return mod if isinstance(mod, ModuleType) else None
+
+
+def _remove_stale_lock() -> None:
+    lock = native_dir() / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_S:
+        log.warning("removing %s, left %.0f min ago by a build that did not finish", lock, age / 60)
+        lock.unlink(missing_ok=True)
 
 
 def build_error() -> str | None:

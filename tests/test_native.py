@@ -314,3 +314,33 @@ def region_took_the_head(model: Transformer, batch: int, tokens: torch.Tensor, r
     finally:
         model.native_layers = layers
     return seen == [True]
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_load(extension):
+    """torch's build waits without end while its lock file exists; a build killed mid-way leaves one. A lock
+    older than any build is removed (with a warning), and the load goes on; a fresh one is left alone."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    lock = native.native_dir() / "lock"
+    assert not lock.exists()
+    lock.touch()
+    old = time.time() - native.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    try:
+        done = subprocess.run([sys.executable, "-c", "from engine import native; assert native.load_extension()"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "left" in done.stderr and "did not finish" in done.stderr
+        assert not lock.exists()
+        lock.touch()  # a build under way: waited for, not removed
+        waiting = subprocess.Popen([sys.executable, "-c", "from engine import native; assert native.load_extension()"],
+                                   stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert waiting.poll() is None and lock.exists()
+        lock.unlink()
+        assert waiting.wait(timeout=120) == 0
+    finally:
+        lock.unlink(missing_ok=True)
