@@ -21,6 +21,10 @@ namespace narrow {
 
 namespace {
 
+// How much of its next linear a thread prefetches (warm() below). Same process, interleaved, whole 1-token
+// passes against none: 2 KB 3.5-7% faster, 4 KB 3-7%, 8 KB and 16 KB 0-3% (AMD EPYC, 2026-12-06).
+constexpr int64_t kWarmBytes = 4096;
+
 // A sense-reversing barrier: each thread flips its own sense, the last one in releases the rest.
 class SpinBarrier {
  public:
@@ -83,7 +87,16 @@ void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector
     int sense = 0;
     // y [m_rows, m.n] = in . W^T: thread 0 quantises the input, each thread multiplies its share of the
     // rows of W (chunks of ~16 KB of weights, whole cache lines of y), then takes what is left of the others'
-    auto linear = [&](const gemv::Matrix& m, const float* in, float* y, int64_t m_rows) {
+    // the first lines of this thread's share of the next linear, into L2 while the others catch up: each
+    // share is a fresh stream the hardware prefetcher would otherwise start cold
+    auto warm = [&](const gemv::Matrix* next) {
+      if (!next) return;
+      const int64_t chunk = std::max<int64_t>(16, (16384 / next->k + 15) / 16 * 16);
+      const int64_t chunks = (next->n + chunk - 1) / chunk;
+      const char* w0 = reinterpret_cast<const char*>(next->w + chunks * t / threads * chunk * next->k);
+      for (int64_t off = 0; off < kWarmBytes; off += 64) _mm_prefetch(w0 + off, _MM_HINT_T1);
+    };
+    auto linear = [&](const gemv::Matrix& m, const float* in, float* y, int64_t m_rows, const gemv::Matrix* next) {
       const int64_t chunk = std::max<int64_t>(16, (16384 / m.k + 15) / 16 * 16);
       const int64_t chunks = (m.n + chunk - 1) / chunk;
       if (t == 0) quant = gemv::quantize(in, m_rows * m.k, s.xq);
@@ -93,12 +106,13 @@ void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector
       for (int64_t c; (c = work[t].front()) >= 0;) run(c);
       for (int other = 1; other < threads; ++other)
         for (int64_t c; (c = work[(t + other) % threads].back()) >= 0;) run(c);
+      warm(next);
       barrier.wait(sense);
     };
     for (size_t i = 0; i < layers.size(); ++i) {
       const Layer& l = layers[i];
       if (t == 0) rms_norm(x, l.norm_attn, s.h, rows, d, eps);
-      linear(l.qkv, s.h, s.qkv, rows);
+      linear(l.qkv, s.h, s.qkv, rows, &l.o);
       if (t == 0) rope_write(p, s.qkv, cos, ssin, s.q, static_cast<int>(i));
       barrier.wait(sense);
       // attention: each thread a share of the (query group, part of the span) items, phase by phase
@@ -111,21 +125,21 @@ void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector
       barrier.wait(sense);
       if (t == 0)
         for (int64_t g = 0; g < groups; ++g) attend_combine(p, s.y, g, s.attend[g]);
-      linear(l.o, s.y, s.out, rows);
+      linear(l.o, s.y, s.out, rows, &l.gate_up);
       if (t == 0) {
         add(x, s.out, rows * d);
         rms_norm(x, l.norm_mlp, s.h, rows, d, eps);
       }
-      linear(l.gate_up, s.h, s.gate_up, rows);
+      linear(l.gate_up, s.h, s.gate_up, rows, &l.down);
       if (t == 0) silu_mul(s.gate_up, s.act, rows, l.gate_up.n / 2);
-      linear(l.down, s.act, s.out, rows);
+      linear(l.down, s.act, s.out, rows, i + 1 < layers.size() ? &layers[i + 1].qkv : head ? &head->lm : nullptr);
       if (t == 0) add(x, s.out, rows * d);
       // the next layer's first step is thread 0's, and the linear after it starts with a barrier
     }
     if (head) {  // the final norm of the rows read, and the LM head: its ~28 MB streams like the layers'
       if (t == 0)
         for (int64_t r = 0; r < head->n_read; ++r) rms_norm(x + head->read[r] * d, head->norm, s.h + r * d, 1, d, eps);
-      linear(head->lm, s.h, head->logits, head->n_read);
+      linear(head->lm, s.h, head->logits, head->n_read, nullptr);
     }
   }
 }
