@@ -61,7 +61,7 @@ class KVCache:
     # -- one pass ----------------------------------------------------------------------------------
     def slots_for(self, t: int) -> torch.Tensor:
         """Slots [B, T] for T new tokens placed right after each row's committed length (on the host)."""
-        if self.k.shape[1] == 1:  # a call's own cache: fewer ops (each costs tens of us on caches a pass flushed)
+        if self.batch == 1:  # a call's own cache: fewer ops (each costs tens of us on caches a pass flushed)
             n = int(self.lengths[0])
             return torch.arange(n, n + t).unsqueeze(0)
         return self.lengths[:, None] + torch.arange(t)[None, :]

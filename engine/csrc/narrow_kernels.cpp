@@ -108,11 +108,11 @@ VA_INLINE v16 load16(const c10::BFloat16* p) {
 // four partial sums, not sixteen (the same pairs, so the same sums, as folding them all at the end).
 template <int R, int HC, typename KV>
 VA_INLINE void score_block(const v16 (&q)[R][HC], const KV* __restrict k, v16 (&out)[R]) {
-  const i16 lo1 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-  const i16 lo2 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
-  const i16 lo3 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
-  const i16 lo4 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  v16 a[R], b[R], c[R], d[R];  // the partial sums waiting for their pair at each level of the tree
+  const i16 lo[4] = {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                     {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+                     {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+                     {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}};
+  v16 wait[4][R];  // the partial sums waiting for their pair at each level of the tree
 #pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) {
     const KV* kr = k + j * HC * 16;
@@ -124,27 +124,16 @@ VA_INLINE void score_block(const v16 (&q)[R][HC], const KV* __restrict k, v16 (&
         even += q[r][x] * kv[x];
         odd += q[r][x + 1] * kv[x + 1];
       }
+      // level l pairs keys 2^l apart: an even index at a level waits for its odd partner there
       v16 e = even + odd;
-      if (!(j & 1)) {
-        a[r] = e;
-        continue;
+      for (int l = 0; l < 4; ++l) {
+        if (!((j >> l) & 1)) {
+          wait[l][r] = e;
+          break;
+        }
+        e = fold(wait[l][r], e, lo[l], lo[l] + (8 >> l));
+        if (l == 3) out[r] = e;
       }
-      e = fold(a[r], e, lo1, lo1 + 8);
-      if (!(j & 2)) {
-        b[r] = e;
-        continue;
-      }
-      e = fold(b[r], e, lo2, lo2 + 4);
-      if (!(j & 4)) {
-        c[r] = e;
-        continue;
-      }
-      e = fold(c[r], e, lo3, lo3 + 2);
-      if (!(j & 8)) {
-        d[r] = e;
-        continue;
-      }
-      out[r] = fold(d[r], e, lo4, lo4 + 1);
     }
   }
 }

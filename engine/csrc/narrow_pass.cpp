@@ -73,6 +73,16 @@ class alignas(64) Share {
   std::atomic<uint64_t> range_{0};
 };
 
+// A linear's output rows in chunks of ~16 KB of weights, whole cache lines of y: the unit of Share.
+struct Chunks {
+  int64_t rows, count;
+};
+
+Chunks chunks_of(const gemv::Matrix& m) {
+  const int64_t rows = std::max<int64_t>(16, (16384 / m.k + 15) / 16 * 16);
+  return {rows, (m.n + rows - 1) / rows};
+}
+
 }  // namespace
 
 void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector<Layer>& layers, const float* cos,
@@ -85,27 +95,25 @@ void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector
   {
     const int t = omp_get_thread_num();
     int sense = 0;
-    // y [m_rows, m.n] = in . W^T: thread 0 quantises the input, each thread multiplies its share of the
-    // rows of W (chunks of ~16 KB of weights, whole cache lines of y), then takes what is left of the others'
-    // the first lines of this thread's share of the next linear, into L2 while the others catch up: each
-    // share is a fresh stream the hardware prefetcher would otherwise start cold
+    // The first lines of this thread's share of the next linear, into L2 while the others catch up: each
+    // share is a fresh stream the hardware prefetcher would otherwise start cold.
     auto warm = [&](const gemv::Matrix* next) {
       if (!next) return;
-      const int64_t chunk = std::max<int64_t>(16, (16384 / next->k + 15) / 16 * 16);
-      const int64_t chunks = (next->n + chunk - 1) / chunk;
-      const char* w0 = reinterpret_cast<const char*>(next->w + chunks * t / threads * chunk * next->k);
+      const Chunks c = chunks_of(*next);
+      const char* w0 = reinterpret_cast<const char*>(next->w + c.count * t / threads * c.rows * next->k);
       for (int64_t off = 0; off < kWarmBytes; off += 64) _mm_prefetch(w0 + off, _MM_HINT_T1);
     };
+    // y [m_rows, m.n] = in . W^T: thread 0 quantises the input, each thread multiplies its share of the
+    // rows of W, then takes what is left of the others'; then it warms its share of `next`.
     auto linear = [&](const gemv::Matrix& m, const float* in, float* y, int64_t m_rows, const gemv::Matrix* next) {
-      const int64_t chunk = std::max<int64_t>(16, (16384 / m.k + 15) / 16 * 16);
-      const int64_t chunks = (m.n + chunk - 1) / chunk;
+      const Chunks c = chunks_of(m);
       if (t == 0) quant = gemv::quantize(in, m_rows * m.k, s.xq);
-      work[t].reset(chunks * t / threads, chunks * (t + 1) / threads);
+      work[t].reset(c.count * t / threads, c.count * (t + 1) / threads);
       barrier.wait(sense);
-      auto run = [&](int64_t c) { gemv::product(m, s.xq, m_rows, quant, y, c * chunk, std::min(m.n, (c + 1) * chunk)); };
-      for (int64_t c; (c = work[t].front()) >= 0;) run(c);
+      auto run = [&](int64_t i) { gemv::product(m, s.xq, m_rows, quant, y, i * c.rows, std::min(m.n, (i + 1) * c.rows)); };
+      for (int64_t i; (i = work[t].front()) >= 0;) run(i);
       for (int other = 1; other < threads; ++other)
-        for (int64_t c; (c = work[(t + other) % threads].back()) >= 0;) run(c);
+        for (int64_t i; (i = work[(t + other) % threads].back()) >= 0;) run(i);
       warm(next);
       barrier.wait(sense);
     };

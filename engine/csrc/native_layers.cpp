@@ -211,9 +211,7 @@ class NativeLayers {
     auto visible = mask.contiguous();
     const bool* vp = visible.data_ptr<bool>();
     const bool every_key = std::all_of(vp, vp + visible.numel(), [](bool v) { return v; });  // as PassMask: no mask
-    narrow::Pass p{b, t, nh_, nkv_, hd_, k_cache.size(3), mask.size(3), start,
-                   start >= 0 ? nullptr : slots.data_ptr<int64_t>(), every_key ? nullptr : vp, t,
-                   k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
+    const narrow::Pass p = pass_of(b, t, mask.size(3), every_key ? nullptr : vp, t, k_cache, v_cache, start, slots);
     auto logits = at::empty({idx.numel(), head_->matrix().n}, tokens.options().dtype(at::kFloat));
     const narrow::Head head{head_norm_.data_ptr<float>(), head_->matrix(), ip, idx.numel(), logits.data_ptr<float>()};
     run_region(p, x, d, cosf, ssinf, &head);
@@ -237,6 +235,13 @@ class NativeLayers {
            t * (nh_ / nkv_) <= narrow::kMaxQueryRows &&
            (!mask || mask->scalar_type() == at::kBool) &&
            (start >= 0 || (slots.scalar_type() == at::kLong && slots.is_contiguous()));
+  }
+
+  // A narrow pass of b x t tokens over `span` key slots of this cache, `visible` [b, 1, mask_rows, span] or null.
+  narrow::Pass pass_of(int64_t b, int64_t t, int64_t span, const bool* visible, int64_t mask_rows,
+                       const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t start, const at::Tensor& slots) const {
+    return {b, t, nh_, nkv_, hd_, k_cache.size(3), span, start, start >= 0 ? nullptr : slots.data_ptr<int64_t>(),
+            visible, mask_rows, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
   }
 
   // Whether a fusable narrow pass of `rows` tokens runs every layer in one OpenMP region (narrow_pass.cpp).
@@ -276,10 +281,8 @@ class NativeLayers {
     x = x.contiguous().clone();  // the residual stream, updated in place
     auto cosf = cos.to(at::kFloat).contiguous(), ssinf = ssin.to(at::kFloat).contiguous();
     auto visible = mask ? mask->contiguous() : at::Tensor();  // a folded mask may be a strided view
-    narrow::Pass p{b, t, nh_, nkv_, hd_, k_cache.size(3), span, start,
-                   start >= 0 ? nullptr : slots.data_ptr<int64_t>(),
-                   mask ? visible.data_ptr<bool>() : nullptr, mask ? visible.size(2) : 0,
-                   k_cache.data_ptr(), v_cache.data_ptr(), k_cache.scalar_type() == at::kBFloat16};
+    const narrow::Pass p = pass_of(b, t, span, mask ? visible.data_ptr<bool>() : nullptr, mask ? visible.size(2) : 0,
+                                   k_cache, v_cache, start, slots);
     float* xs = x.data_ptr<float>();
     if (in_one_region(rows)) {
       run_region(p, xs, d, cosf.data_ptr<float>(), ssinf.data_ptr<float>(), nullptr);
