@@ -13,6 +13,23 @@ import os
 # whichever measures cheaper on the machine (engine/pass_threads.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+
+def _cap_libraries() -> None:
+    # VOICE_AGENT_CPU_ISA (engine/cpu_isa.py) makes the machine act as a slower CPU kind; PyTorch's
+    # kernels read their own variables once, at first use, so they are set here, before torch loads.
+    if (os.environ.get("VOICE_AGENT_CPU_ISA") or "auto").strip().lower() in ("", "auto"):
+        return
+    from engine.cpu_isa import CpuIsaError, library_env
+
+    try:
+        for name, value in library_env().items():
+            os.environ.setdefault(name, value)
+    except CpuIsaError:
+        pass  # said, with its code, where the engine loads (engine.precision)
+
+
+_cap_libraries()
+
 __all__ = ["Engine", "Session", "ChatResult", "StreamEvent", "EngineError", "EngineInputError", "EFFORTS"]
 
 _PUBLIC = {"Engine": "engine.api", "Session": "engine.session", "ChatResult": "engine.results",

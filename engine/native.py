@@ -53,10 +53,28 @@ SOURCES = [CSRC / "native_layers.cpp", CSRC / "narrow_kernels.cpp", CSRC / "int8
 # -fopenmp: at::parallel_for is OpenMP in ATen's headers; without the flag its pragma is ignored and
 # every loop runs on one thread. The process shares torch's libgomp (same soname, loaded first).
 CFLAGS = ["-O3", "-fopenmp"]
-# Keyed by the torch version (an extension built against another torch's headers must not load) and by
-# the sources, headers included, and flags (torch's own rebuild check reads only the .cpp files).
-_SOURCE_HASH = hashlib.sha1(b"".join(f.read_bytes() for f in sorted(CSRC.iterdir())) + " ".join(CFLAGS).encode()).hexdigest()[:10]
-EXTENSION = "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__) + "_" + _SOURCE_HASH
+# VOICE_AGENT_CPU_ISA=avx2 / baseline (engine/cpu_isa.py): the hand loops' clones stop at that level, in
+# an extension of its own (the flags are part of its name), so a capped machine runs an AVX2 CPU's code.
+_CLONES_UP_TO = {"avx2": ["-DVA_CLONES_UP_TO=3"], "baseline": ["-DVA_CLONES_UP_TO=1"]}
+
+
+def _cflags() -> list[str]:
+    from engine.cpu_isa import CpuIsaError, isa_cap
+
+    try:
+        return CFLAGS + _CLONES_UP_TO.get(isa_cap(), [])
+    except CpuIsaError:
+        return CFLAGS  # said with its code where the precision is resolved
+
+
+def _extension_name(cflags: list[str]) -> str:
+    # Keyed by the torch version (an extension built against another torch's headers must not load) and by
+    # the sources, headers included, and flags (torch's own rebuild check reads only the .cpp files).
+    digest = hashlib.sha1(b"".join(f.read_bytes() for f in sorted(CSRC.iterdir())) + " ".join(cflags).encode())
+    return "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__) + "_" + digest.hexdigest()[:10]
+
+
+EXTENSION = _extension_name(_cflags())
 
 # torch's build takes a lock file in the build folder and waits, without end, while one exists; a build
 # that was killed leaves it behind, and every later load would hang. A build takes ~30-60 s.
@@ -91,7 +109,8 @@ def load_extension() -> ModuleType | None:
                 _remove_stale_lock()
                 if not built_path().exists():  # say why the first load pauses
                     log.warning("building the native layers once (~30 s) into %s", native_dir())
-                _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+                _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=_cflags(),
+                                        extra_ldflags=["-fopenmp"],
                                         build_directory=str(native_dir()), verbose=False)
             except Exception as e:  # no compiler, no ninja, a read-only home: the Python layers still run
                 _state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -115,6 +134,13 @@ def _remove_stale_lock() -> None:
 def build_error() -> str | None:
     err = _state.get("error")
     return err if isinstance(err, str) else None
+
+
+def int8_isa() -> str:
+    """The instruction set the native int8 kernels multiply with here ("avx512_vnni", "avx_vnni", "avx2"),
+    or "none" where they do not run (off, not built, no AVX2)."""
+    ext = load_extension() if enabled() else None
+    return ext.Int8Matrix.isa() if ext is not None else "none"
 
 
 def int8_matrix(q_weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
@@ -170,5 +196,5 @@ def native_layers_for(model) -> tuple[object | None, str]:
     return native, "on"
 
 
-__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "int8_matrix", "load_extension", "native_layers_for",
+__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "int8_isa", "int8_matrix", "load_extension", "native_layers_for",
            "native_dir"]

@@ -4,10 +4,12 @@
 
 `auto` picks bf16 only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere a bf16
 matmul of more than one token is several times slower than fp32 (measured without AVX512: 8 tokens
-190 vs 140 ms), so fp32 it is. For the embedded default model (`Engine.load("default")`), `auto` on
-such a CPU picks w8a8 instead: its quality was checked there (README: the 60 held-out simulated
-calls, `engine.eval` against fp32, as good as int8) and its narrow passes take ~90% of int8's and
-~45% of bf16's. The explicit argument wins over the variable, the variable over auto.
+190 vs 140 ms), so fp32 it is. For the embedded default model (`Engine.load("default")`), `auto`
+picks w8a8 wherever the native int8 kernels run (AVX512-VNNI, AVX-VNNI or AVX2; engine/cpu_isa.py):
+with bf16 activations on a native-bf16 CPU, fp32 ones elsewhere. Its quality was checked on both
+(docs/benchmarks.md: the held-out simulated calls, `engine.eval` against fp32), and its narrow passes
+run the native layers (engine/native.py). The explicit argument wins over the variable, the variable
+over auto.
 
 `int8` is weight-only int8 (engine/quant.py: per-channel symmetric int8 linears and LM head, PyTorch's
 `torch._weight_int8pack_mm`); its activations, norms, attention and KV cache run in `int8_activation_dtype()`:
@@ -39,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from engine.cpu_isa import cpu_flags, int8_kernel_isa
 from engine.errors import SettingError
 
 PRECISION_ENV = "VOICE_AGENT_PRECISION"
@@ -91,14 +94,6 @@ class Precision:
     def int8_activations(self) -> bool:
         """W8A8: the linears' inputs are quantised to int8 per pass too (engine/quant.py)."""
         return self.name == "w8a8"
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """This CPU's flags (and the rest of /proc/cpuinfo's words); empty where it cannot be read."""
-    try:
-        return set(cpuinfo.read_text().split())
-    except OSError:
-        return set()
 
 
 def native_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
@@ -168,6 +163,11 @@ def resolve_precision(choice: str | torch.dtype | None = None, *, int8_checked: 
                          "passes, bf16 elsewhere")
     if flags:
         return Precision("bf16", torch.bfloat16, f"auto: the CPU has {', '.join(flags)} (native bf16 matmuls)")
+    isa = int8_kernel_isa()
+    if isa and int8_checked:
+        return Precision("w8a8", torch.float32, f"auto: the CPU has no AMX/AVX512-BF16 but multiplies int8 with "
+                         f"{isa} and the default model's w8a8 quality is checked: int8 weights, int8 activations "
+                         "on narrow passes, fp32 elsewhere")
     return Precision("fp32", torch.float32, "auto: the CPU has no AMX/AVX512-BF16, where bf16 matmuls are slower")
 
 

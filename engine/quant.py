@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from engine.model import RMSNorm, Transformer
+from engine import cpu_isa
 from engine.precision import native_bf16_flags
 
 
@@ -74,6 +75,12 @@ def int8_dense_above() -> int:
     return DENSE_ABOVE_ROWS if native_bf16_flags() else DENSE_ABOVE_ROWS_FP32
 
 
+def can_pack(dtype: torch.dtype) -> bool:
+    """Whether a de-quantised weight of `dtype` can be reordered for oneDNN here (bf16 needs AVX512BW or
+    AVX-NE-CONVERT: `engine.cpu_isa.packs_bf16`); where not, wide passes multiply the plain tensor."""
+    return torch.backends.mkldnn.is_available() and (dtype != torch.bfloat16 or cpu_isa.packs_bf16())
+
+
 class Int8Linear(nn.Module):
     """y = x @ (Q * s[:, None]).T + b, with Q int8 [N, K] and s [N] per output channel.
 
@@ -100,7 +107,7 @@ class Int8Linear(nn.Module):
         # barely grows with the rows of a narrow pass, where the int8 kernel's grows with each row.
         dense = self.dequantized(act_dtype).contiguous() if keep_dense else None
         self._packed = None  # an opaque MKLDNN tensor: not a buffer (.to() and state_dict cannot hold it)
-        if dense is not None and dense.device.type == "cpu" and torch.backends.mkldnn.is_available():
+        if dense is not None and dense.device.type == "cpu" and can_pack(dense.dtype):
             self._packed = torch.ops.mkldnn._reorder_linear_weight(dense, None)
             dense = None
         self.register_buffer("dense_weight", dense, persistent=False)
@@ -186,7 +193,7 @@ class W8A8Linear(nn.Module):
         self.dense_dtype = dense_dtype or (torch.bfloat16 if native_bf16_flags() else torch.float32)
         dense = q.dequantize().to(self.dense_dtype).contiguous()
         self._dense_packed = None  # opaque MKLDNN tensor (see Int8Linear)
-        if torch.backends.mkldnn.is_available():
+        if can_pack(self.dense_dtype):
             self._dense_packed = torch.ops.mkldnn._reorder_linear_weight(dense, None)
             dense = None
         self.register_buffer("dense_weight", dense, persistent=False)
@@ -254,13 +261,15 @@ def replace_linears(model: nn.Module, make, fuse: bool) -> int:
     return count + len(targets)
 
 
-def quantize_w8a8(model: nn.Module, fuse: bool = True) -> int:
+def quantize_w8a8(model: nn.Module, fuse: bool = True, dense_above: int | None = None) -> int:
     """Replace every nn.Linear in `model` (layers and LM head) by a W8A8Linear; returns how many
     linears were quantised. A tied LM head gets its own int8 copy; the embedding table stays.
-    A low-precision Transformer's narrow passes then carry an fp32 stream (`fp32_stream`)."""
-    count = replace_linears(model, W8A8Linear, fuse)
-    if isinstance(model, Transformer) and model.dtype != torch.float32:
-        fp32_stream(model, w8a8_dense_above())
+    A Transformer's narrow passes (up to `dense_above` rows, default `w8a8_dense_above()`) then carry
+    an fp32 stream (`fp32_stream`; a no-op cast in an fp32 model, where it marks the narrow passes)."""
+    rows = w8a8_dense_above() if dense_above is None else dense_above
+    count = replace_linears(model, lambda w, b: W8A8Linear(w, b, rows), fuse)
+    if isinstance(model, Transformer):
+        fp32_stream(model, rows)
     return count
 
 
@@ -311,5 +320,5 @@ def linear_bytes(model: nn.Module) -> int:
     return total
 
 
-__all__ = ["INT8_TOLERANCE", "Int8Linear", "Int8Tolerance", "W8A8Linear", "fp32_stream", "linear_bytes", "quantize_int8",
+__all__ = ["INT8_TOLERANCE", "Int8Linear", "can_pack", "Int8Tolerance", "W8A8Linear", "fp32_stream", "linear_bytes", "quantize_int8",
            "quantize_w8a8", "replace_linears", "w8a8_dense_above"]

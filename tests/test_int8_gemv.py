@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import native
+from engine.cpu_isa import describe, int8_kernel_isa
 from engine.quant import W8A8Linear
 
 
@@ -19,7 +20,7 @@ def ext():
 
 
 def cpu_has(flag: str) -> bool:
-    from engine.precision import cpu_flags
+    from engine.cpu_isa import cpu_flags
 
     return flag in cpu_flags()
 
@@ -34,16 +35,26 @@ def matrix(ext, lin: W8A8Linear, isa: str):
     return ext.Int8Matrix(q.int_repr(), q.q_per_channel_scales().float(), lin.bias, isa)
 
 
-@pytest.mark.parametrize("isa", ["avx512_vnni", "avx2"])
+def test_the_kernels_pick_the_instruction_set_the_engine_reports(ext):
+    """engine.cpu_isa (what doctor, the bench and `auto` say) and int8_gemv.cpp (what runs) choose alike,
+    under VOICE_AGENT_CPU_ISA as without it."""
+    assert ext.Int8Matrix.isa() == (int8_kernel_isa() or "none")
+
+
+@pytest.mark.parametrize("isa", ["avx512_vnni", "avx_vnni", "avx2"])
 @pytest.mark.parametrize("shape", [(832, 576), (576, 1536), (100, 96), (40, 64), (7, 200)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_matrix_gives_the_dynamic_int8_linear_numbers(ext, isa, shape, bias):
-    if not cpu_has({"avx512_vnni": "avx512_vnni", "avx2": "avx2"}[isa]):
-        pytest.skip(f"this CPU has no {isa}")
+    """Every kernel this CPU (as capped) runs; the others skip, saying which flag is missing."""
+    if isa == "avx_vnni" and int8_kernel_isa() != "avx_vnni":
+        # the AVX-VNNI kernel runs only where the CPU's best int8 instructions are AVX-VNNI (not with AVX512)
+        pytest.skip(f"AVX-VNNI is not this CPU's int8 kernel (it runs {int8_kernel_isa()}; flags: {describe()})")
+    if not cpu_has(isa):
+        pytest.skip(f"this CPU has no {isa} (flags: {describe()})")
     n, k = shape
     lin = linear(n, k, bias)
-    if isa == "avx2" and k % 32:
-        with pytest.raises(RuntimeError, match="no avx2 int8 kernel"):
+    if isa in ("avx2", "avx_vnni") and k % 32:
+        with pytest.raises(RuntimeError, match=f"no {isa} int8 kernel"):
             matrix(ext, lin, isa)
         return
     mat = matrix(ext, lin, isa)
@@ -69,7 +80,10 @@ def test_int8_matrix_refuses_what_it_cannot_do(ext):
 
 def test_w8a8_linear_takes_the_kernel_for_its_narrowest_passes(ext):
     lin = linear(96, 128, bias=True)
-    assert lin._gemv is not None  # every CPU of ours has AVX2 at least
+    if int8_kernel_isa() is None:  # before AVX2 (or capped so): PyTorch's kernel
+        assert lin._gemv is None
+        return
+    assert lin._gemv is not None
     up_to = ext.Int8Matrix.alone_rows
     assert 1 <= up_to <= ext.Int8Matrix.max_rows
     x = torch.randn(up_to + 1, 128)

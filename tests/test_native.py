@@ -10,13 +10,15 @@ import torch
 from engine import native
 from engine.kv_cache import KVCache
 from engine.model import ModelConfig, Transformer, init_random
-from engine.quant import quantize_w8a8
+from engine.quant import W8A8_DENSE_ABOVE_ROWS, quantize_w8a8
 
 
 def w8a8_model(n_heads: int = 4, n_kv_heads: int = 2, qkv_bias: bool = False, qk_norm: bool = False,
-               head_dim: int = 16) -> Transformer:
-    model = bf16_model(n_heads, n_kv_heads, qkv_bias, qk_norm, head_dim)
-    quantize_w8a8(model)
+               head_dim: int = 16, dtype: torch.dtype = torch.bfloat16) -> Transformer:
+    """bf16 as on a native-bf16 CPU, or fp32 as `auto` builds it elsewhere. Narrow passes go up to
+    W8A8_DENSE_ABOVE_ROWS tokens whatever this CPU's own cutoff, so every CPU tests the same passes."""
+    model = bf16_model(n_heads, n_kv_heads, qkv_bias, qk_norm, head_dim).to(dtype)
+    quantize_w8a8(model, dense_above=W8A8_DENSE_ABOVE_ROWS)
     return model
 
 
@@ -33,9 +35,9 @@ def bf16_model(n_heads: int, n_kv_heads: int, qkv_bias: bool, qk_norm: bool, hea
     return model.to(torch.bfloat16)
 
 
-def filled_cache(model: Transformer, batch: int, lengths: list[int], dtype=torch.bfloat16) -> KVCache:
+def filled_cache(model: Transformer, batch: int, lengths: list[int], dtype: torch.dtype | None = None) -> KVCache:
     cfg = model.cfg
-    cache = KVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, capacity=48, dtype=dtype)
+    cache = KVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, capacity=48, dtype=dtype or model.dtype)
     g = torch.Generator().manual_seed(7)
     cache.k.copy_(torch.randn(cache.k.shape, generator=g))
     cache.v.copy_(torch.randn(cache.v.shape, generator=g))
@@ -61,15 +63,16 @@ def extension():
     return ext
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("heads", [(4, 2), (4, 4)], ids=["gqa", "mha"])
 @pytest.mark.parametrize("qkv_bias", [False, True])
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("causal", [True, False])
-def test_native_passes_are_bit_identical_to_the_python_layers(extension, heads, qkv_bias, batch, causal):
+def test_native_passes_are_bit_identical_to_the_python_layers(extension, heads, qkv_bias, batch, causal, dtype):
     """Narrow passes through ATen's ops (an fp32 stream into int8 x int8, query groups folded) and wide
     ones (the model's dtype into the packed de-quantised weights), one row (written by its start) or two
-    (by slots)."""
-    model = w8a8_model(*heads, qkv_bias=qkv_bias)
+    (by slots); a bf16 model (native-bf16 CPUs) and an fp32 one (`auto` on AVX2)."""
+    model = w8a8_model(*heads, qkv_bias=qkv_bias, dtype=dtype)
     layers, why = native.native_layers_for(model)
     assert why == "on"
     layers.fused_narrow = False
@@ -78,15 +81,15 @@ def test_native_passes_are_bit_identical_to_the_python_layers(extension, heads, 
     for t in sorted({1, up_to // batch, up_to // batch + 1, 12}):
         tokens = torch.randint(0, 96, (batch, t), generator=torch.Generator().manual_seed(t))
         model.native_layers = None
-        py_cache = filled_cache(model, batch, lengths)
+        py_cache = filled_cache(model, batch, lengths, dtype)
         h_py = pass_over(model, py_cache, tokens, causal)
         model.native_layers = layers
-        nat_cache = filled_cache(model, batch, lengths)
+        nat_cache = filled_cache(model, batch, lengths, dtype)
         h_nat = pass_over(model, nat_cache, tokens, causal)
-        assert h_nat.dtype == h_py.dtype == (torch.float32 if batch * t <= up_to else torch.bfloat16)
+        assert h_nat.dtype == h_py.dtype == (torch.float32 if batch * t <= up_to else dtype)
         assert torch.equal(h_nat, h_py), f"t={t}: {float((h_nat - h_py).abs().max())}"
         assert torch.equal(nat_cache.k, py_cache.k) and torch.equal(nat_cache.v, py_cache.v)
-        assert not torch.equal(nat_cache.k, filled_cache(model, batch, lengths).k)  # it did write
+        assert not torch.equal(nat_cache.k, filled_cache(model, batch, lengths, dtype).k)  # it did write
 
 
 def test_passes_without_a_cache_run_the_python_layers(extension):
@@ -106,9 +109,9 @@ def test_passes_without_a_cache_run_the_python_layers(extension):
 def test_native_layers_say_why_they_do_not_serve_a_model(monkeypatch, extension):
     qk_norm = w8a8_model(qk_norm=True)
     assert native.native_layers_for(qk_norm) == (None, "needs fused w8a8 q/k/v and gate/up and no q/k norm")
-    fp32 = Transformer(w8a8_model().cfg)
-    quantize_w8a8(fp32)  # an fp32 model carries no fp32 stream to hand over
-    assert native.native_layers_for(fp32) == (None, "not a w8a8 model with an fp32 stream")
+    unmarked = w8a8_model()
+    unmarked.fp32_stream_up_to = 0  # no narrow passes marked: nothing for the int8 kernels
+    assert native.native_layers_for(unmarked) == (None, "not a w8a8 model with an fp32 stream")
     monkeypatch.setenv(native.NATIVE_ENV, "0")
     assert native.native_layers_for(w8a8_model()) == (None, f"off ({native.NATIVE_ENV}=0)")
 
@@ -233,7 +236,8 @@ def test_one_region_passes_equal_a_parallel_op_per_linear(extension):
         torch.set_num_threads(threads)
 
 
-def test_one_region_passes_go_from_token_ids_to_logits(extension):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_one_region_passes_go_from_token_ids_to_logits(extension, dtype):
     """A pass that runs in one region takes its embedding rows, RoPE rows and mask in C++ and reads its logits
     there too (engine/csrc/narrow_pass.cpp's Head): the same int8 LM head on the same rows as the Python
     norm and lm_head after the layers, up to the final RMSNorm's sum order (a last-bit difference the
@@ -243,15 +247,15 @@ def test_one_region_passes_go_from_token_ids_to_logits(extension):
     try:
         diffs = []
         for heads, head_dim in FUSED_SHAPES:
-            model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim)
+            model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim, dtype=dtype)
             model.native_layers, _ = native.native_layers_for(model)
             for batch, t, read in ((1, 1, [0]), (1, 3, [1, 2]), (1, 4, [3, 0, 2, 1]), (2, 2, [0, 3])):
                 tokens = torch.randint(0, 96, (batch, t), generator=torch.Generator().manual_seed(t))
                 rows = torch.tensor(read)
-                cache = filled_cache(model, batch, [20, 13][:batch])
+                cache = filled_cache(model, batch, [20, 13][:batch], dtype)
                 h = pass_over(model, cache, tokens, causal=True)
                 want = model.lm_head(h.reshape(-1, h.shape[-1])[rows]).float()
-                cache = filled_cache(model, batch, [20, 13][:batch])
+                cache = filled_cache(model, batch, [20, 13][:batch], dtype)
                 got = logits_over(model, cache, tokens, rows)
                 assert got.shape == want.shape == (len(read), 96) and got.dtype == torch.float32
                 diffs.append(float((got - want).abs().max() / want.abs().max()))

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from engine import Engine, quant
+from engine import Engine, cpu_isa, quant
 from engine.quant import INT8_TOLERANCE, Int8Linear, W8A8Linear, linear_bytes, quantize_int8
 from tests.tiny_models import causal_logits, save_tiny
 
@@ -79,14 +79,21 @@ def test_int8_passes_go_packed_above_the_rows_this_cpu_multiplies_faster_in_int8
     quantize_int8(model, torch.float32, fuse=False)
     assert model[0].dense_above == rows
 
+@pytest.mark.parametrize("packs_bf16", [True, False], ids=["bf16-packs", "bf16-cannot-pack"])
 @pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
-def test_int8_linear_wide_passes_use_the_packed_dequantised_weight(act):
+def test_int8_linear_wide_passes_use_the_packed_dequantised_weight(monkeypatch, act, packs_bf16):
     """Above `dense_above` rows the int8 kernel's cost grows per row, so a CPU Int8Linear keeps its
-    de-quantised weight packed for oneDNN: that path must equal a plain matmul by that weight."""
+    de-quantised weight packed for oneDNN: that path must equal a plain matmul by that weight. oneDNN
+    cannot pack bf16 without AVX512BW (an AVX2-only CPU): there a bf16 copy stays a plain tensor."""
+    if packs_bf16 and act == torch.bfloat16 and not cpu_isa.packs_bf16():
+        pytest.skip(f"oneDNN cannot pack bf16 on this CPU (flags: {cpu_isa.describe()})")
+    if not packs_bf16:
+        monkeypatch.setattr(cpu_isa, "packs_bf16", lambda: False)
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 96, bias=True).requires_grad_(False)
     q = Int8Linear(lin.weight, lin.bias, act, dense_above=3)
-    assert q._packed is not None and q.dense_weight is None  # one wide copy, the packed one
+    packed = act == torch.float32 or packs_bf16
+    assert (q._packed is not None) == packed and (q.dense_weight is None) == packed  # one wide copy
     w = q.dequantized(act)
     x = torch.randn(8, 64).to(act)
     ref = (x.float() @ w.float().T + lin.bias).to(act)
@@ -112,11 +119,19 @@ def test_w8a8_replaces_every_linear_and_decodes_a_session(tiny_folder):
     assert r2.metrics["completion_tokens"] > 0 and r2.metrics["cached_tokens"] > 0
 
 
+@pytest.mark.parametrize("packs_bf16", [True, False], ids=["bf16-packs", "bf16-cannot-pack"])
 @pytest.mark.parametrize("dense_dtype", [torch.float32, torch.bfloat16])
-def test_w8a8_quantises_narrow_inputs_and_multiplies_wide_ones_by_the_dense_weight(dense_dtype):
+def test_w8a8_quantises_narrow_inputs_and_multiplies_wide_ones_by_the_dense_weight(monkeypatch, dense_dtype,
+                                                                                 packs_bf16):
+    if packs_bf16 and dense_dtype == torch.bfloat16 and not cpu_isa.packs_bf16():
+        pytest.skip(f"oneDNN cannot pack bf16 on this CPU (flags: {cpu_isa.describe()})")
+    if not packs_bf16:
+        monkeypatch.setattr(cpu_isa, "packs_bf16", lambda: False)
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 96, bias=True).requires_grad_(False)
     q = W8A8Linear(lin.weight, lin.bias, dense_above=4, dense_dtype=dense_dtype)
+    packed = dense_dtype == torch.float32 or packs_bf16
+    assert (q._dense_packed is not None) == packed and (q.dense_weight is None) == packed
     w = q.dequantized()
     assert float((w - lin.weight).abs().max()) <= float(lin.weight.abs().max()) / 254 + 1e-7
     for rows in (1, 3, 4):  # the int8 x int8 kernel: the input is rounded to 7 bits per call
@@ -205,7 +220,7 @@ def test_w8a8_narrow_passes_carry_an_fp32_stream_and_keep_the_bf16_cache(qk_norm
     """A bf16 model under w8a8 runs passes of at most `fp32_stream_up_to` tokens with an fp32
     residual stream (engine/quant.py `fp32_stream`): the linears quantise their inputs from fp32
     anyway. The cache and attention stay bf16; the logits stay within int8's tolerance of the same
-    pass in bf16; wider passes are untouched; an fp32 model has nothing to change."""
+    pass in bf16; wider passes are untouched; an fp32 model only has its narrow passes marked."""
     from engine.kv_cache import KVCache
     from engine.model import ModelConfig, Transformer, init_random
     from engine.quant import quantize_w8a8, w8a8_dense_above
@@ -217,7 +232,17 @@ def test_w8a8_narrow_passes_carry_an_fp32_stream_and_keep_the_bf16_cache(qk_norm
     fp32_model = Transformer(cfg)
     fp32_model.load_state_dict(model.state_dict())
     quantize_w8a8(fp32_model)
-    assert fp32_model.fp32_stream_up_to == 0
+    # an fp32 model's narrow passes are marked too (for the native layers: `auto` on an AVX2 CPU), and
+    # the mark changes its arithmetic by rounding at most (the norm's weight inside F.rms_norm)
+    assert fp32_model.fp32_stream_up_to == w8a8_dense_above() > 0
+    probe = torch.randint(0, 96, (1, 3), generator=torch.Generator().manual_seed(1))
+    full = torch.ones(1, 1, 3, 3, dtype=torch.bool).tril()
+    with torch.inference_mode():
+        marked = fp32_model.hidden(probe, torch.arange(3)[None], full)
+        fp32_model.fp32_stream_up_to = 0
+        unmarked = fp32_model.hidden(probe, torch.arange(3)[None], full)
+    assert marked.dtype == unmarked.dtype == torch.float32
+    torch.testing.assert_close(marked, unmarked, rtol=1e-4, atol=1e-4 * float(unmarked.abs().max()))
 
     model = model.to(torch.bfloat16)
     quantize_w8a8(model)

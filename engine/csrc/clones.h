@@ -4,8 +4,12 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// VA_CLONES_UP_TO (set by engine/native.py for VOICE_AGENT_CPU_ISA=avx2 / baseline) leaves out the clones
+// above that level, so a capped machine runs what an AVX2-only (or pre-AVX2) CPU would.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(VA_CLONES_UP_TO)
 #define VA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && VA_CLONES_UP_TO == 3
+#define VA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define VA_CLONES
 #endif

@@ -5,7 +5,7 @@
 
 namespace gemv {
 
-enum class Isa { none, avx2, avx512_vnni };
+enum class Isa { none, avx2, avx_vnni, avx512_vnni };
 
 // Rows of x these kernels take: up to kMaxRows inside a one-region pass (narrow_pass.cpp), where at 3 /
 // 4 tokens whole passes measured 9.3-11.1 / 11.6-13.6 ms against 12.9-16.6 / 12.9-19.7 with FBGEMM on
@@ -21,10 +21,12 @@ struct Quant {
   int32_t zero_point;
 };
 
-// The instruction set this CPU multiplies int8 with (none: use PyTorch's kernel).
+// The instruction set this CPU multiplies int8 with (none: use PyTorch's kernel), as $VOICE_AGENT_CPU_ISA caps it.
 Isa detect();
-// "auto": detect(); "avx512_vnni" / "avx2": that one where this CPU has it, else none
+// "auto": detect(); "avx512_vnni" / "avx_vnni" / "avx2": that one where this CPU has it, else none
 Isa named(const std::string& name);
+// "avx512_vnni", "avx_vnni", "avx2" or "none"
+const char* name_of(Isa isa);
 bool supported(Isa isa, int64_t k);
 // x [count] fp32 -> xq 7-bit unsigned, one scale and zero point for the whole input
 Quant quantize(const float* x, int64_t count, uint8_t* xq);

@@ -9,7 +9,6 @@
 // while it runs.
 #include "narrow_pass.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -25,6 +24,15 @@ namespace {
 // passes against none: 2 KB 3.5-7% faster, 4 KB 3-7%, 8 KB and 16 KB 0-3% (AMD EPYC, 2026-12-06).
 constexpr int64_t kWarmBytes = 4096;
 
+// A spinning thread's hint to the core (x86's pause, ARM's yield): it lets the sibling hyperthread run
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // A sense-reversing barrier: each thread flips its own sense, the last one in releases the rest.
 class SpinBarrier {
  public:
@@ -38,7 +46,7 @@ class SpinBarrier {
       return;
     }
     for (int spins = 0; flag_.load(std::memory_order_acquire) != sense; ++spins) {
-      _mm_pause();
+      cpu_relax();
       if (spins > 20000) std::this_thread::yield();  // the other thread lost its core: let it run
     }
   }
@@ -101,7 +109,7 @@ void run_layers(const Pass& p, float* x, int64_t d, float eps, const std::vector
       if (!next) return;
       const Chunks c = chunks_of(*next);
       const char* w0 = reinterpret_cast<const char*>(next->w + c.count * t / threads * c.rows * next->k);
-      for (int64_t off = 0; off < kWarmBytes; off += 64) _mm_prefetch(w0 + off, _MM_HINT_T1);
+      for (int64_t off = 0; off < kWarmBytes; off += 64) __builtin_prefetch(w0 + off, 0, 2);
     };
     // y [m_rows, m.n] = in . W^T: thread 0 quantises the input, each thread multiplies its share of the
     // rows of W, then takes what is left of the others'; then it warms its share of `next`.

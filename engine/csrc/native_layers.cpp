@@ -363,6 +363,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<at::Tensor, at::Tensor, c10::optional<at::Tensor>, const std::string&>(), py::arg("weight"),
            py::arg("scales"), py::arg("bias"), py::arg("isa") = "auto")
       .def_static("available", &Int8Matrix::available)
+      // the instruction set "auto" picks here: "avx512_vnni", "avx_vnni", "avx2" or "none"
+      .def_static("isa", []() { return std::string(gemv::name_of(gemv::named("auto"))); })
       .def_readonly_static("max_rows", &gemv::kMaxRows)
       .def_readonly_static("alone_rows", &gemv::kAloneRows)
       .def("forward", [](const Int8Matrix& self, const at::Tensor& x) {
