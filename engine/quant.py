@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine.model import RMSNorm, Transformer
 from engine import cpu_isa
+from engine.model import RMSNorm, Transformer
 from engine.precision import native_bf16_flags
 
 
