@@ -6,7 +6,7 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
-    portaudio19-dev libportaudio2 ffmpeg chromium sox g++ ninja-build >/dev/null
+    portaudio19-dev libportaudio2 ffmpeg chromium sox g++ ninja-build g++-aarch64-linux-gnu >/dev/null
 fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3

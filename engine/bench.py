@@ -34,9 +34,11 @@ from pathlib import Path
 import torch
 
 from engine.api import Engine
+from engine.cpu_isa import describe
 from engine.drafts import NgramDrafts
 from engine.effort import EFFORTS
 from engine.errors import EngineError
+from engine.pass_calibration import time_pass
 from engine.peer_llamacpp import llamacpp_available, llamacpp_decode_isolated
 from engine.precision import PRECISIONS
 from engine.quant import linear_bytes
@@ -149,11 +151,7 @@ def kv_bytes_per_pass(eng: Engine, cache_len: int = PASS_CACHE) -> int:
 
 
 def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
-    t = x.shape[1]
-    mask, _ = cache.mask(intra, t)
-    slots = cache.slots_for(t).to(cache.device)
-    with eng.runner.narrow_threads.run(x.numel()):  # as the runner runs it (engine/pass_threads.py)
-        eng.model.logits(x.to(cache.device), slots, mask, cache, slots, torch.arange(t, device=cache.device))
+    time_pass(eng.runner, cache, x, intra)  # as the runner runs it, as its pass costs were measured
 
 
 @torch.inference_mode()
@@ -225,8 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(a.threads)
     eng = Engine.load(a.model, precision=a.precision)
     precision = eng.info.get("precision")
-    roof = roofline(eng)
     native = eng.info.get("native_layers")
+    cost = eng.runner.pass_cost
+    path = {"cpu": describe(), "precision_reason": eng.info.get("precision_reason"),
+            "pass_cost_curve": cost.kernel, "pass_cost_points": cost.points}
+    # which path runs here and why, before any number (a capped or a fallback run must say so)
+    print(f"cpu: {path['cpu']}; precision {precision}: {path['precision_reason']}; native layers: {native or 'n/a'}; "
+          f"pass costs: {cost.kernel}{f' {list(cost.points)}' if cost.points else ''}", flush=True)
+    roof = roofline(eng)
     print(f"roofline ({precision}, linears: {eng.info.get('linear_kernel')}"
           f"{f', native layers: {native}' if native else ''}, {torch.get_num_threads()} threads): read bandwidth {roof['bandwidth_gbps']} GB/s, "
           f"weights {roof['weight_bytes_per_pass'] / 1e6:.1f} MB/pass -> floor {roof['floor_ms_per_pass']} ms/pass; "
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f', running ms {narrow_ms}' if narrow_ms else ''}", flush=True)
     if a.roofline_only:
         if a.json:
-            print(json.dumps({"model": eng.model_name, "precision": precision,
+            print(json.dumps({"model": eng.model_name, "precision": precision, **path,
                               "linear_kernel": eng.info.get("linear_kernel"), "native_layers": native, "threads": torch.get_num_threads(),
                               "narrow_threads": narrow.mode, "narrow_threads_ms": narrow_ms, **roof}))
         return 0
@@ -307,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": eng.model_name,
         "dtype": str(eng.model.dtype).replace("torch.", ""),
         "precision": precision,
+        **path,
         "linear_kernel": eng.info.get("linear_kernel"),
         "native_layers": native,
         # one thread or all for narrow passes, and what each cost by width class (engine/pass_threads.py)

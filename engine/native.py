@@ -102,6 +102,12 @@ def load_extension() -> ModuleType | None:
     `build_error()` then says why."""
     with _lock:
         if not _state:
+            missing = None if built_path().exists() else missing_prerequisite()
+            if missing:
+                _state["error"] = missing
+                log.warning("native layers unavailable, running the Python layers (slower): %s", missing)
+                _record_error(missing)
+                return None
             try:
                 from torch.utils.cpp_extension import load
 
@@ -112,12 +118,65 @@ def load_extension() -> ModuleType | None:
                 _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=_cflags(),
                                         extra_ldflags=["-fopenmp"],
                                         build_directory=str(native_dir()), verbose=False)
-            except Exception as e:  # no compiler, no ninja, a read-only home: the Python layers still run
-                _state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+                _record_error(None)
+            except Exception as e:  # a failed compile, no OpenMP, a read-only home: the Python layers still run
+                _state["error"] = _cause(e)
                 log.warning("native layers unavailable, running the Python layers (slower): %s",
                             _state["error"])
+                _record_error(_state["error"])
         mod = _state.get("module")
         return mod if isinstance(mod, ModuleType) else None
+
+
+def missing_prerequisite() -> str | None:
+    """What the build lacks on this machine, found without building (so a machine without a compiler
+    fails at once, naming it), or None."""
+    import shutil
+
+    cxx = os.environ.get("CXX") or "c++"  # what torch.utils.cpp_extension compiles with
+    if shutil.which(cxx) is None:
+        return f"no C++ compiler ({cxx!r} not found; apt-get install g++, as setup.sh does)"
+    from torch.utils.cpp_extension import is_ninja_available
+
+    if not is_ninja_available():
+        return "no ninja (apt-get install ninja-build, as setup.sh does)"
+    return None
+
+
+def _cause(error: Exception) -> str:
+    """The line of a failed build that says why (the compiler's first error), else its last line."""
+    text = str(error).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if re.search(r"\b(fatal error|error):", line):
+            return f"{type(error).__name__}: {line[:300]}"
+    return f"{type(error).__name__}: {lines[-1][:300] if lines else ''}"
+
+
+def error_file() -> Path:
+    """The last failed build's cause, kept for doctor (removed by a build that succeeds)."""
+    return native_dir() / f"{EXTENSION}.error"
+
+
+def _record_error(cause: str | None) -> None:
+    try:
+        if cause is None:
+            error_file().unlink(missing_ok=True)
+        else:
+            native_dir().mkdir(parents=True, exist_ok=True)
+            error_file().write_text(cause + "\n")
+    except OSError:
+        pass  # a read-only home: the warning above said it
+
+
+def last_build_error() -> str | None:
+    """Why the native layers failed to build here last time (this process's or an earlier one's)."""
+    if build_error():
+        return build_error()
+    try:
+        return error_file().read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _remove_stale_lock() -> None:
@@ -196,5 +255,6 @@ def native_layers_for(model) -> tuple[object | None, str]:
     return native, "on"
 
 
-__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "int8_isa", "int8_matrix", "load_extension", "native_layers_for",
+__all__ = ["NATIVE_ENV", "build_error", "built_path", "enabled", "error_file", "last_build_error",
+           "missing_prerequisite", "int8_isa", "int8_matrix", "load_extension", "native_layers_for",
            "native_dir"]

@@ -84,15 +84,19 @@ class PassCost:
 
     kernel: str
     rows: int = 1
+    # a curve measured on this machine (engine/pass_calibration.py), in CURVES' form; None: CURVES[kernel]
+    points: tuple[tuple[int, float], ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.kernel not in CURVES:
+        if self.points is None and self.kernel not in CURVES:
             raise ValueError(f"no pass-cost curve for kernel {self.kernel!r}; known: {', '.join(CURVES)}")
+        if self.points is not None and (len(self.points) < 2 or self.points[0] != (1, 1.0)):
+            raise ValueError("a measured pass-cost curve starts at (1, 1.0) and has two widths at least")
 
     def __call__(self, width: int) -> float:
-        pts = CURVES[self.kernel]
+        pts = self.points or CURVES[self.kernel]
         w = max(1, width) * max(1, self.rows)
-        i = bisect_left(_WIDTHS[self.kernel], w)
+        i = bisect_left([p[0] for p in pts] if self.points else _WIDTHS[self.kernel], w)
         if i < len(pts) and pts[i][0] == w:
             return pts[i][1]
         (w0, c0), (w1, c1) = (pts[i - 1], pts[i]) if i < len(pts) else (pts[-2], pts[-1])

@@ -19,7 +19,7 @@ from engine.families import Family
 from engine.kv_cache import KVCache
 from engine.masks import intra_mask, prefill_mask, read_positions, with_branch
 from engine.model import Transformer
-from engine.pass_cost import PassCost, curve_for
+from engine.pass_calibration import pass_cost_for
 from engine.pass_threads import NarrowThreads, serial_up_to
 from engine.precision import Precision, PrecisionError, fp32_linears, native_bf16_flags
 from engine.sequence import StepInput
@@ -43,7 +43,11 @@ class StepPlan:
     # row holds, how many rows it has)
 
 
-def _linear_kernel(precision: Precision | None, packed: bool) -> str:
+def _linear_kernel(precision: Precision | None, packed: bool, native: bool = False) -> str:
+    if precision is not None and precision.int8_activations and native:
+        from engine.native import int8_isa
+
+        return f"int8 x int8 (native layers, {int8_isa()} kernels; FBGEMM for 5-8 rows)"
     if precision is not None and precision.int8_activations:
         return "int8 x int8 (quantized.linear_dynamic)"
     if precision is not None and precision.int8_weights:
@@ -79,17 +83,19 @@ class ModelRunner:
 
             if onednn_available():
                 self.info["packed_linears"] = pack_fp32(self.model)
-        self.info["linear_kernel"] = _linear_kernel(precision, "packed_linears" in self.info)
-        # What a pass costs by its width with these kernels: how wide a verify pass is worth (engine/pass_plan.py).
+        self.info["linear_kernel"] = _linear_kernel(precision, "packed_linears" in self.info,
+                                                    self.model.native_layers is not None)
         name = precision.name if precision else None
-        self.pass_cost = PassCost(curve_for(self.device.type, name, bool(native_bf16_flags())))
-        self.info["pass_cost_curve"] = self.pass_cost.kernel
         # A narrow pass runs on one thread or all, whichever its passes measure cheaper on this machine
         # now: waking the other threads costs more than they give on some CPUs (engine/pass_threads.py).
         self.serial_up_to = serial_up_to(self.device.type, name)
         self.narrow_threads = NarrowThreads(self.serial_up_to)
         self.info["serial_pass_tokens"] = self.serial_up_to
         self.info["narrow_threads"] = self.narrow_threads.mode
+        # What a pass costs by its width here: how wide a verify pass is worth (engine/pass_plan.py);
+        # measured on this machine the first time (engine/pass_calibration.py), then kept.
+        self.pass_cost = pass_cost_for(self, self.device.type, name, bool(native_bf16_flags()))
+        self.info["pass_cost_curve"] = self.pass_cost.kernel
 
     @property
     def dtype(self) -> torch.dtype:

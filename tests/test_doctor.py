@@ -14,7 +14,7 @@ from voice_agent import doctor
 from voice_agent.cli import main as cli_main
 
 ITEMS = ["base weights", "adapter", "STT tiny.en", "TTS hibari", "VAD (live, pipecat Silero)",
-         "CPU bf16 flags", "precision", "audio input devices", "audio output devices", "port 8765 (phone)",
+         "CPU", "precision", "audio input devices", "audio output devices", "port 8765 (phone)",
          "port 8000 (serve)", "LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET", "version torch",
          "version pipecat-ai", "version livekit-agents", "version faster-whisper", "narrow pass threads",
          "llama.cpp peer"]
@@ -122,6 +122,20 @@ def test_native_layers_are_reported_for_w8a8_only(monkeypatch, tmp_path):
     monkeypatch.setenv(native.NATIVE_ENV, "0")
     [check] = doctor.check_native_layers("w8a8")
     assert check.status == "warn" and "off" in check.detail
+
+
+def test_native_layers_that_cannot_build_are_reported_with_their_cause(monkeypatch, tmp_path):
+    from engine import native
+
+    monkeypatch.setenv(native.NATIVE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(native, "build_error", lambda: None)  # this process's own build went fine
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    [check] = doctor.check_native_layers("w8a8")
+    assert check.status == "warn" and "no C++ compiler" in check.detail and "Python layers" in check.detail
+    monkeypatch.delenv("CXX")
+    native.error_file().write_text("RuntimeError: narrow_pass.cpp:12: fatal error: omp.h: No such file\n")
+    [check] = doctor.check_native_layers("w8a8")
+    assert check.status == "warn" and "omp.h: No such file" in check.detail
 
 
 def test_a_bad_narrow_threads_setting_fails_and_a_good_one_is_shown(capsys, monkeypatch):

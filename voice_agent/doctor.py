@@ -138,19 +138,16 @@ def _first(folder: Path, pattern: str) -> Path | None:
 # --- the CPU and precision -------------------------------------------------------------------------
 
 def check_precision() -> list[Check]:
-    from engine.precision import cpu_flags
+    from engine.cpu_isa import CpuIsaError, describe, int8_kernel_isa
+    from engine.precision import native_bf16_flags, resolve_precision
 
-    flags = cpu_flags()
-    native = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    cpu = Check("CPU bf16 flags", "ok", ", ".join(native) if native else
-                "none of avx512_bf16, amx_bf16 (bf16 matmuls are emulated here)")
     try:
-        from engine.precision import resolve_precision
-    except ImportError:  # before engine/precision.py: the engine's own rule
-        from engine.api import best_cpu_dtype
-
-        name = str(best_cpu_dtype()).replace("torch.", "")
-        return [cpu, Check("precision", "ok", f"{name} (engine.api.best_cpu_dtype: bf16 only with native bf16)")]
+        flags = describe()
+    except CpuIsaError as e:
+        return [Check("CPU", "fail", str(e), ENGINE_COMMANDS)]
+    bf16 = "native bf16 matmuls" if native_bf16_flags() else "bf16 matmuls emulated"
+    isa = int8_kernel_isa()
+    cpu = Check("CPU", "ok", f"{flags}; {bf16}; int8 kernels: {isa or 'none (PyTorch’s)'}")
     try:
         p = resolve_precision(int8_checked=True)  # what `--model default` loads with
     except ValueError as e:
@@ -159,16 +156,22 @@ def check_precision() -> list[Check]:
 
 
 def check_native_layers(precision: str) -> list[Check]:
-    """w8a8 passes run their layers in one C++ call where it is built (engine/native.py)."""
+    """w8a8 passes run their layers in one C++ call where it is built (engine/native.py); where it cannot
+    be built the engine runs the Python layers, and this says why."""
     if precision != "w8a8":
         return []
     from engine import native
+    from engine.cpu_isa import int8_kernel_isa
 
     built = native.built_path()
     if not native.enabled():
         return [Check("native layers", "warn", f"off ({native.NATIVE_ENV}=0): w8a8 passes run the Python layers, slower")]
     if built.exists():
-        return [Check("native layers", "ok", str(built))]
+        return [Check("native layers", "ok", f"{built} (int8 kernels: {int8_kernel_isa() or 'PyTorch’s'})")]
+    cause = native.last_build_error() or native.missing_prerequisite()
+    if cause:
+        return [Check("native layers", "warn", f"cannot build: {cause}; w8a8 passes run the Python layers, "
+                      "slower", ENGINE_COMMANDS)]
     return [Check("native layers", "warn", f"not built ({built}): ./setup.sh builds it; else the engine builds it "
                   "on first load (~30 s) or runs the Python layers", ENGINE_COMMANDS)]
 
@@ -190,7 +193,7 @@ def check_narrow_threads() -> Check:
 def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set[str] | None = None) -> Check:
     """The optional llama.cpp peer of `python -m engine.bench`: a build with AMX dies of SIGILL on some
     AMX CPUs (README, Troubleshooting). No voice-agent command needs it."""
-    from engine.precision import cpu_flags
+    from engine.cpu_isa import cpu_flags
 
     if system_info is None:
         from engine.peer_llamacpp import llamacpp_available, llamacpp_system_info
