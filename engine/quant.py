@@ -155,7 +155,13 @@ class Int8Linear(nn.Module):
 # --limit 40 --effort instant`): ROUGE-L 0.850 / 0.839 / 0.839, the same tool behaviour on 20 / 19 /
 # 19 of 22 tool turns. 8 rows: the 5-8 token verify passes of `instant` cost 17-19 ms instead of 22-25.
 W8A8_DENSE_ABOVE_ROWS = 8
-W8A8_DENSE_ABOVE_ROWS_FP32 = 3
+# Without native bf16 (an AVX2-only CPU, fp32 activations) it was 3 rows while PyTorch's kernel ran the
+# narrow passes; with the native layers (AVX2 int8 kernels, one region up to 4 rows) the fp32 copy, 4x
+# the int8 bytes, loses up to 8 rows: AMD EPYC capped to AVX2 (VOICE_AGENT_CPU_ISA=avx2), 2 threads, the
+# default model, 480-token cache, fastest of 3 interleaved rounds, ms at 1 / 2 / 3 / 4 / 5 / 6 / 8 / 12 /
+# 16 / 32 tokens (2026-12-07): cutoff 3 8.3 / 11.9 / 15.6 / 41.3 / 44.1 / 46.8 / 50.1 / 58.1 / 61.2 / 92.6,
+# cutoff 8 8.2 / 11.9 / 15.3 / 19.5 / 31.2 / 35.3 / 44.8 / 54.9 / 63.7 / 89.0.
+W8A8_DENSE_ABOVE_ROWS_FP32 = 8
 
 
 def w8a8_dense_above() -> int:
