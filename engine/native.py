@@ -9,7 +9,7 @@ goes to Python, per-op dispatch and the int8 kernel's set-up: ~25 ATen calls and
   the cache write, attention over the cache, SiLU * up): the same numbers up to fp32 rounding; on a
   bf16 cache they round the softmax weights to bf16 as SDPA's flash kernel does (tests/test_native.py).
 - int8_gemv.cpp (`Int8Matrix`, also what W8A8Linear runs for 1-2 rows; 1-4 in narrow_pass.cpp): int8 products with
-  AVX512-VNNI or AVX2 that read each weight row once, with PyTorch's dynamic int8 numbers
+  AVX512-VNNI, AVX-VNNI or AVX2 that read each weight row once, with PyTorch's dynamic int8 numbers
   (tests/test_int8_gemv.py).
 - narrow_pass.cpp: a pass of 1-4 rows on several threads runs every layer in one OpenMP region, and
   `narrow_logits` (what `Transformer.logits` calls first) takes such a pass from its token ids to its
@@ -20,14 +20,17 @@ Measured on an AMD EPYC with AVX512-BF16 (2026-12-06, the default model, 480-tok
 one process, passes interleaved), ms per pass at 1 / 2 / 3 / 4 / 8 tokens: ATen's ops 10.7 / 10.8 /
 11.6 / 13.3 / 20.5, hand loops and Int8Matrix 7.5 / 8.2 / 9.2 / 11.1 / 16.4.
 
-It serves w8a8 models only (the CPU default where bf16 is native) with fused q/k/v and gate/up, no q/k
-norm and oneDNN-packed weights, in passes over a KV cache; any other pass runs the Python layers. The
+It serves w8a8 models only (the CPU default wherever the int8 kernels run: bf16 models where bf16 is
+native, fp32 ones elsewhere) with fused q/k/v and gate/up, no q/k norm and oneDNN-packed weights, in passes
+over a KV cache; any other pass runs the Python layers. The
 hand loops need head size 64 or 128 and a bf16 or fp32 cache, else a narrow pass takes ATen's ops.
 
 The extension is compiled once, with PyTorch's own `torch.utils.cpp_extension` (g++ and ninja; setup.sh
 builds it), into `native_dir()`; each hot loop is compiled for AVX512, AVX2 and baseline x86-64 and
-picked when it loads. Where it cannot be built the engine says so once and runs the Python layers and
-PyTorch's int8 kernel: the same model, slower. `VOICE_AGENT_NATIVE=0` turns it off (e.g. to measure the
+picked when it loads (VOICE_AGENT_CPU_ISA caps that: engine/cpu_isa.py). Where it cannot be built (no
+compiler or ninja, found before trying; a failed compile; ARM, where the x86 kernels are left out) the
+engine says why once, keeps the cause for `doctor`, and runs the Python layers and PyTorch's int8
+kernel: the same model, slower. `VOICE_AGENT_NATIVE=0` turns it off (e.g. to measure the
 difference).
 """
 

@@ -30,4 +30,28 @@ VA_INLINE v16 load16(const float* p) {
 
 VA_INLINE void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
 
+// A v16 as two 8-lane halves, the AVX2 register's width.
+typedef float v8 __attribute__((vector_size(32)));
+
+VA_INLINE v8 half(v16 v, int h) {
+  v8 r;
+  std::memcpy(&r, reinterpret_cast<const char*>(&v) + 32 * h, sizeof r);
+  return r;
+}
+
+VA_INLINE v16 join(v8 lo, v8 hi) {
+  v16 r;
+  std::memcpy(&r, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&r) + 32, &hi, sizeof hi);
+  return r;
+}
+
+// a < b ? x : y, lane by lane. Taken in 8-lane halves: GCC lowers a 16-lane compare or select to a
+// scalar compare and branch per lane in the AVX2 clone (seen in its code for exp16's clamps).
+VA_INLINE v16 where_lt(v16 a, v16 b, v16 x, v16 y) {
+  const v8 lo = half(a, 0) < half(b, 0) ? half(x, 0) : half(y, 0);
+  const v8 hi = half(a, 1) < half(b, 1) ? half(x, 1) : half(y, 1);
+  return join(lo, hi);
+}
+
 }  // namespace simd

@@ -120,8 +120,8 @@ VA_CLONES void min_max(const float* x, int64_t count, float& lo, float& hi) {
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const simd::v16 v = simd::load16(x + i);
-    vlo = v < vlo ? v : vlo;
-    vhi = v > vhi ? v : vhi;
+    vlo = simd::where_lt(v, vlo, v, vlo);
+    vhi = simd::where_lt(vhi, v, v, vhi);
   }
   for (int l = 0; l < 16; ++l) {
     lo = std::min(lo, vlo[l]);
@@ -143,8 +143,8 @@ __attribute__((optimize("fp-contract=off"))) VA_CLONES void to_u8(const float* x
   for (; i + 16 <= count; i += 16) {
     simd::v16 v = simd::load16(x + i) * inv + zp;
     v = (v + magic) - magic;
-    v = v < 0.0f ? simd::v16{} : v;
-    v = v > 255.0f ? simd::v16{} + 255.0f : v;
+    v = simd::where_lt(v, simd::v16{}, simd::v16{}, v);
+    v = simd::where_lt(simd::v16{} + 255.0f, v, simd::v16{} + 255.0f, v);
     const simd::i16 n = __builtin_convertvector(v, simd::i16);
     for (int l = 0; l < 16; ++l) xq[i + l] = static_cast<uint8_t>(n[l]);
   }
