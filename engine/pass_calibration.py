@@ -79,8 +79,13 @@ def _cpu_model() -> str:
 def curve_key(runner, fixed: str) -> dict:
     """What a kept curve is valid for: this CPU as capped, these threads, this model's shape and kernels."""
     cfg = runner.model.cfg
+    native = None
+    if runner.model.native_layers is not None:
+        from engine.native import EXTENSION
+
+        native = EXTENSION  # named by its sources' hash: changed kernels are timed again
     return {"version": CURVE_VERSION, "cpu": _cpu_model(), "flags": describe(), "threads": torch.get_num_threads(),
-            "kernel": fixed, "native_layers": runner.model.native_layers is not None, "torch": torch.__version__,
+            "kernel": fixed, "native_layers": native, "torch": torch.__version__,
             "shape": [cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.intermediate_size,
                       cfg.vocab_size]}
 
