@@ -30,6 +30,22 @@ VA_INLINE v16 load16(const float* p) {
 
 VA_INLINE void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
 
+// Whether the AVX512 clones run here (GCC picks arch=x86-64-v4 where the CPU has its AVX512 subsets, and
+// a capped build has none): some loops are written apart for them and for the AVX2 ones, the same sums.
+inline bool avx512_clones() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(VA_CLONES_UP_TO)
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512cd");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
 // A v16 as two 8-lane halves, the AVX2 register's width.
 typedef float v8 __attribute__((vector_size(32)));
 

@@ -160,29 +160,43 @@ VA_INLINE void scores_rows(const float* const* q_rows, const KV* __restrict k, i
 
 // out[r] = sum over s in s0..s1-1 of p[r][s] * v[s] for R rows (v: [span, 16 * HC]): each key's value
 // row is read once for all R rows, into R * HC independent accumulators.
-// The products run on 8-lane halves, each p broadcast once: a float times a v16 compiled, in the AVX2
-// clone, to sixteen scalar stores and a reload per key (store-forwarding stalls: 19% of a 1-token pass
-// over a 480-token cache, perf, a capped EPYC, 2026-12-07). Each lane's sum is the same either way.
-template <int R, int HC, typename KV>
+// `halves` (the AVX2 clones): the products run on 8-lane halves, each p broadcast once. A float times a
+// v16 compiled, in the AVX2 clone, to sixteen scalar stores and a reload per key (store-forwarding stalls:
+// 19% of a 1-token pass over a 480-token cache, perf, a capped EPYC, 2026-12-07; 8.7 -> 5.9 ms), while in
+// the AVX512 clone the halves made 2-4-token passes ~0.3-1 ms slower. Each lane's sum is the same either way.
+template <int R, int HC, bool halves, typename KV>
 VA_INLINE void values_rows(const float* __restrict p, const KV* __restrict v, int64_t s0, int64_t s1, int64_t span_pad,
                            float* __restrict out) {
-  using simd::v8;
-  v8 acc[R][2 * HC] = {};
-  for (int64_t s = s0; s < s1; ++s) {
-    const KV* vr = v + s * HC * 16;
-    v8 ps[R];
-    for (int r = 0; r < R; ++r) ps[r] = v8{} + p[r * span_pad + s];
-    for (int c = 0; c < HC; ++c) {
-      const v16 vc = load16(vr + c * 16);
-      const v8 lo = simd::half(vc, 0), hi = simd::half(vc, 1);
-      for (int r = 0; r < R; ++r) {
-        acc[r][2 * c] += ps[r] * lo;
-        acc[r][2 * c + 1] += ps[r] * hi;
+  if constexpr (halves) {
+    using simd::v8;
+    v8 acc[R][2 * HC] = {};
+    for (int64_t s = s0; s < s1; ++s) {
+      const KV* vr = v + s * HC * 16;
+      v8 ps[R];
+      for (int r = 0; r < R; ++r) ps[r] = v8{} + p[r * span_pad + s];
+      for (int c = 0; c < HC; ++c) {
+        const v16 vc = load16(vr + c * 16);
+        const v8 lo = simd::half(vc, 0), hi = simd::half(vc, 1);
+        for (int r = 0; r < R; ++r) {
+          acc[r][2 * c] += ps[r] * lo;
+          acc[r][2 * c + 1] += ps[r] * hi;
+        }
       }
     }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < HC; ++c) store16(out + r * HC * 16 + c * 16, simd::join(acc[r][2 * c], acc[r][2 * c + 1]));
+  } else {
+    v16 acc[R][HC] = {};
+    for (int64_t s = s0; s < s1; ++s) {
+      const KV* vr = v + s * HC * 16;
+      for (int c = 0; c < HC; ++c) {
+        const v16 vc = load16(vr + c * 16);
+        for (int r = 0; r < R; ++r) acc[r][c] += p[r * span_pad + s] * vc;
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < HC; ++c) store16(out + r * HC * 16 + c * 16, acc[r][c]);
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < HC; ++c) store16(out + r * HC * 16 + c * 16, simd::join(acc[r][2 * c], acc[r][2 * c + 1]));
 }
 
 // fp32 -> the nearest bf16 (ties to even, as ATen's .to(bfloat16)) -> fp32, on 16 finite lanes
@@ -263,8 +277,15 @@ VA_INLINE void part_values(const Rows& rows, const KV* __restrict v, int64_t s0,
     }
   }
   int64_t r0 = 0;
-  for (; r0 + 3 <= rows.n; r0 += 3) values_rows<3, HC>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
-  for (; r0 < rows.n; ++r0) values_rows<1, HC>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+  if (simd::avx512_clones()) {
+    for (; r0 + 3 <= rows.n; r0 += 3)
+      values_rows<3, HC, false>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+    for (; r0 < rows.n; ++r0) values_rows<1, HC, false>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+  } else {
+    for (; r0 + 3 <= rows.n; r0 += 3)
+      values_rows<3, HC, true>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+    for (; r0 < rows.n; ++r0) values_rows<1, HC, true>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+  }
 }
 
 // One clone set per phase and cache dtype (target_clones wants plain functions); head_dim 64 or 128.
