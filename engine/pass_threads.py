@@ -29,7 +29,9 @@ In bf16, int8 and w8a8 a pass's logits are bit-identical on one thread and two a
 measured (1 to 40 tokens over a 200-token cache; tests/test_pass_threads.py). fp32 is left out: a
 1-token fp32 pass rounds differently on one thread (logits 2.9e-5 apart), and fp32 is the precision
 whose decodes are promised token for token; its gain would be small (1 token 23.5 vs 26.7 ms, 4 a
-tie). Not measured on a CPU without AVX512-BF16. Waking the others for the LM head alone (a fifth
+tie). Without native bf16 (an AMD EPYC capped to AVX512 without BF16, VOICE_AGENT_CPU_ISA=avx512,
+2026-12-07), oneDNN's emulated bf16 gave a 5-token bf16 pass logits 0.29 apart on one thread and two, so
+bf16 passes there run on all threads; int8 and w8a8 stayed bit-identical there and capped to AVX2. Waking the others for the LM head alone (a fifth
 of a pass's weights in one kernel call) saved 0.2-0.4 ms back to back, but nothing in whole passes
 (2026-12-06, medians of 3 rounds, ms at 1 / 4 / 8 tokens: 12.35 / 14.77 / 19.08 on one thread, 12.49 /
 14.58 / 19.17 so), so a narrow pass's count holds throughout it.
@@ -58,6 +60,11 @@ def serial_up_to(device_type: str, precision: str | None) -> int:
     """The widest pass (in tokens) that runs on one thread; 0: none does (a GPU, fp32, or no precision)."""
     if device_type != "cpu" or precision is None:
         return 0
+    if precision == "bf16":
+        from engine.precision import native_bf16_flags
+
+        if not native_bf16_flags():  # emulated bf16 rounds by the thread count: all threads, always
+            return 0
     return SERIAL_UP_TO.get(precision, 0)
 
 

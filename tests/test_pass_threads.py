@@ -14,6 +14,7 @@ from engine.pass_threads import (
     narrow_threads_mode,
     serial_up_to,
 )
+from engine.precision import native_bf16_flags
 
 
 @pytest.fixture
@@ -48,8 +49,17 @@ def test_one_configured_thread_stays_one():
         torch.set_num_threads(before)
 
 
+def test_emulated_bf16_runs_its_passes_on_every_thread(monkeypatch):
+    from engine import precision
+
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: [])
+    assert serial_up_to("cpu", "bf16") == 0 and serial_up_to("cpu", "w8a8") == SERIAL_UP_TO["w8a8"]
+
+
 def test_only_a_cpu_with_a_rounding_free_precision_runs_serial():
     assert serial_up_to("cpu", "w8a8") == SERIAL_UP_TO["w8a8"] > 0
+    # emulated bf16 rounds by the thread count (capped to AVX512 without BF16: 0.29 apart at 5 tokens)
+    assert serial_up_to("cpu", "bf16") == (SERIAL_UP_TO["bf16"] if native_bf16_flags() else 0)
     assert serial_up_to("cpu", "fp32") == 0  # fp32 decodes are promised token for token: all threads
     assert serial_up_to("cuda", "bf16") == 0
     assert serial_up_to("cpu", None) == 0
@@ -121,6 +131,8 @@ def engine_at():
 @pytest.mark.parametrize("precision", sorted(SERIAL_UP_TO))
 def test_a_pass_gives_the_same_logits_on_one_thread_and_two(engine_at, precision, two_threads):
     """What lets a precision run narrow passes on one thread: no logit moves, at any width."""
+    if serial_up_to("cpu", precision) == 0:
+        pytest.skip(f"{precision} passes run on all threads on this CPU (no native bf16: {native_bf16_flags()})")
     eng = engine_at(precision)
     m = eng.model
     prefix = torch.randint(0, m.cfg.vocab_size, (1, 200), generator=torch.Generator().manual_seed(0))
