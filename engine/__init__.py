@@ -17,9 +17,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def _cap_libraries() -> None:
     # VOICE_AGENT_CPU_ISA (engine/cpu_isa.py) makes the machine act as a slower CPU kind; PyTorch's
     # kernels read their own variables once, at first use, so they are set here, before torch loads.
-    if (os.environ.get("VOICE_AGENT_CPU_ISA") or "auto").strip().lower() in ("", "auto"):
-        return
-    from engine.cpu_isa import CpuIsaError, library_env
+    from engine.cpu_isa import CpuIsaError, library_env  # torch-free, as `voice-agent --help` needs
 
     try:
         for name, value in library_env().items():

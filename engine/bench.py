@@ -150,10 +150,6 @@ def kv_bytes_per_pass(eng: Engine, cache_len: int = PASS_CACHE) -> int:
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * cache_len * eng.model.dtype.itemsize
 
 
-def _one_pass(eng: Engine, cache, x: torch.Tensor, intra: torch.Tensor) -> None:
-    time_pass(eng.runner, cache, x, intra)  # as the runner runs it, as its pass costs were measured
-
-
 @torch.inference_mode()
 def ms_per_pass(eng: Engine, tokens=PASS_TOKENS, cache_len: int = PASS_CACHE,
                 reps: int = 12) -> tuple[dict[str, float], dict[str, float]]:
@@ -167,11 +163,11 @@ def ms_per_pass(eng: Engine, tokens=PASS_TOKENS, cache_len: int = PASS_CACHE,
         x = torch.randint(0, eng.model.cfg.vocab_size, (1, t))
         intra = torch.ones(t, t, dtype=torch.bool)
         for _ in range(2):
-            _one_pass(eng, cache, x, intra)
+            time_pass(eng.runner, cache, x, intra)  # warm-up
         times = []
         for _ in range(reps):
             t0 = time.perf_counter()
-            _one_pass(eng, cache, x, intra)
+            time_pass(eng.runner, cache, x, intra)  # as the runner runs it (engine/pass_calibration.py)
             times.append((time.perf_counter() - t0) * 1000)
         med[str(t)], best[str(t)] = round(statistics.median(times), 2), round(min(times), 2)
     return med, best

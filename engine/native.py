@@ -77,7 +77,9 @@ def _extension_name(cflags: list[str]) -> str:
     return "voice_agent_layers_" + re.sub(r"\W", "_", torch.__version__) + "_" + digest.hexdigest()[:10]
 
 
-EXTENSION = _extension_name(_cflags())
+# The build's flags and name, fixed at import: the name a load looks for is the one these flags build.
+BUILD_CFLAGS = _cflags()
+EXTENSION = _extension_name(BUILD_CFLAGS)
 
 # torch's build takes a lock file in the build folder and waits, without end, while one exists; a build
 # that was killed leaves it behind, and every later load would hang. A build takes ~30-60 s.
@@ -118,7 +120,7 @@ def load_extension() -> ModuleType | None:
                 _remove_stale_lock()
                 if not built_path().exists():  # say why the first load pauses
                     log.warning("building the native layers once (~30 s) into %s", native_dir())
-                _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=_cflags(),
+                _state["module"] = load(EXTENSION, [str(src) for src in SOURCES], extra_cflags=BUILD_CFLAGS,
                                         extra_ldflags=["-fopenmp"],
                                         build_directory=str(native_dir()), verbose=False)
                 _record_error(None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from operator import itemgetter
 
 # Each: (width, cost relative to width 1), widths ascending, starting at 1.
 CURVES: dict[str, tuple[tuple[int, float], ...]] = {
@@ -74,9 +75,6 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
-_WIDTHS = {name: [w for w, _ in pts] for name, pts in CURVES.items()}  # for bisect, per call of a pass
-
-
 @dataclass(frozen=True)
 class PassCost:
     """cost(width): a pass over `width` new tokens a row, in units of a 1-token pass of one row.
@@ -96,7 +94,7 @@ class PassCost:
     def __call__(self, width: int) -> float:
         pts = self.points or CURVES[self.kernel]
         w = max(1, width) * max(1, self.rows)
-        i = bisect_left([p[0] for p in pts] if self.points else _WIDTHS[self.kernel], w)
+        i = bisect_left(pts, w, key=itemgetter(0))  # no list built per call: the planner asks every pass
         if i < len(pts) and pts[i][0] == w:
             return pts[i][1]
         (w0, c0), (w1, c1) = (pts[i - 1], pts[i]) if i < len(pts) else (pts[-2], pts[-1])

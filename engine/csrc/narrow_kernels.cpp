@@ -199,6 +199,16 @@ VA_INLINE void values_rows(const float* __restrict p, const KV* __restrict v, in
   }
 }
 
+// values_rows for `n` rows, three at a time (each value row read once for the three), then one at a time
+template <int HC, bool halves, typename KV>
+VA_INLINE void values_all(int64_t n, const float* __restrict scores, const KV* __restrict v, int64_t s0, int64_t s1,
+                          int64_t span_pad, float* __restrict part_acc) {
+  const int64_t hd = 16 * HC;
+  int64_t r0 = 0;
+  for (; r0 + 3 <= n; r0 += 3) values_rows<3, HC, halves>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+  for (; r0 < n; ++r0) values_rows<1, HC, halves>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
+}
+
 // fp32 -> the nearest bf16 (ties to even, as ATen's .to(bfloat16)) -> fp32, on 16 finite lanes
 VA_INLINE v16 round_bf16(v16 x) {
   i16 b;
@@ -265,7 +275,6 @@ template <int HC, typename KV>
 VA_INLINE void part_values(const Rows& rows, const KV* __restrict v, int64_t s0, int64_t s1, int64_t span_pad,
                            const float* __restrict row_max, float* __restrict scores, float* __restrict part_sum,
                            float* __restrict part_acc) {
-  const int64_t hd = 16 * HC;
   const bool round = std::is_same<KV, c10::BFloat16>::value;
   for (int64_t r = 0; r < rows.n; ++r) {
     float* sr = scores + r * span_pad;
@@ -276,16 +285,10 @@ VA_INLINE void part_values(const Rows& rows, const KV* __restrict v, int64_t s0,
       part_sum[r] = exp_shifted(sr, row_max[r], rows.visible[r], s0, s1, round);
     }
   }
-  int64_t r0 = 0;
-  if (simd::avx512_clones()) {
-    for (; r0 + 3 <= rows.n; r0 += 3)
-      values_rows<3, HC, false>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
-    for (; r0 < rows.n; ++r0) values_rows<1, HC, false>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
-  } else {
-    for (; r0 + 3 <= rows.n; r0 += 3)
-      values_rows<3, HC, true>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
-    for (; r0 < rows.n; ++r0) values_rows<1, HC, true>(scores + r0 * span_pad, v, s0, s1, span_pad, part_acc + r0 * hd);
-  }
+  if (simd::avx512_clones())
+    values_all<HC, false>(rows.n, scores, v, s0, s1, span_pad, part_acc);
+  else
+    values_all<HC, true>(rows.n, scores, v, s0, s1, span_pad, part_acc);
 }
 
 // One clone set per phase and cache dtype (target_clones wants plain functions); head_dim 64 or 128.
