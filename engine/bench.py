@@ -46,7 +46,7 @@ from engine.quant import linear_bytes
 PASS_TOKENS = (1, 2, 4, 8, 16, 32)
 PASS_CACHE = 480
 
-PROMPTS_YAML = Path(__file__).resolve().parents[1] / "prompts" / "dental_receptionist.yaml"
+PROMPTS_YAML = Path(__file__).resolve().parents[1] / "scenarios" / "dental_clinic" / "scenario.yaml"
 TURNS = [
     ("Hi, is this Bright Smile Dental?", "I'd like to book a cleaning next week."),
     ("Hello, I have a question about my bill.", "Do you take Delta Dental insurance?"),

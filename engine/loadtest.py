@@ -30,7 +30,7 @@ import yaml
 
 from engine.errors import EngineError
 
-SCENARIO = Path(__file__).resolve().parent.parent / "prompts" / "dental_receptionist.yaml"
+SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "dental_clinic" / "scenario.yaml"
 # What callers say: test data for the benchmark, one list per simulated call (rotated by call).
 CALLER_TURNS = [
     ["Hi, I'd like to book a cleaning for next Tuesday.", "Great, does ten in the morning work?"],

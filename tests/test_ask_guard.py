@@ -14,11 +14,10 @@ from pipecat.tests.utils import run_test
 from voice_agent.brain import Brain, TurnResult
 from voice_agent.brain.ask_guard import ask_instead, check_calls, unsaid_argument
 from voice_agent.brain.types import TurnEvent
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.scenarios import CallPolicy, ScenarioError, load_scenario, parse_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 TODAY = dt.date(2026, 11, 30)
 
 
@@ -67,10 +66,11 @@ def test_a_name_or_time_nobody_said_is_found_and_said_ones_are_not():
 
 
 async def test_the_service_asks_and_books_nothing_when_the_call_invents_a_name(tmp_path):
-    db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
+    backend = SCENARIO.open_backend(tmp_path / "store", TODAY)
+    db = backend.db
     brain = ScriptedBrain([_book(patient_name="sarah", date="2026-12-02", time="9 am")])
     llm = EngineLLMService(brain, system_instruction=SCENARIO.system_prompt_for(TODAY), reasoning_effort="instant",
-                           tools=SCENARIO.bind_handlers(db), policy=SCENARIO.policy)
+                           tools=SCENARIO.bind_handlers(backend), policy=SCENARIO.policy)
     ctx = LLMContext([{"role": "user", "content": "a checkup on wednesday at nine am please"}],
                      tools=tools_schema(SCENARIO.tools))
     down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])
@@ -219,7 +219,7 @@ def test_a_tool_can_ask_in_its_own_words_and_the_ask_block_checks_them():
 def test_a_grounded_mark_must_be_true_or_a_known_kind_of_phrase():
     tool = {"name": "book", "parameters": {"type": "object", "properties": {"date": {"type": "string",
                                                                                   "x-grounded": "dya"}}}}
-    with pytest.raises(ScenarioError, match=r"book\)\.date: x-grounded must be true or one of day, time, service; got 'dya'"):
+    with pytest.raises(ScenarioError, match=r"book\)\.date: x-grounded must be true or one of day, time, choice; got 'dya'"):
         parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]})
     tool["parameters"]["properties"]["date"]["x-grounded"] = "day"
     assert parse_scenario({"name": "x", "system_prompt": "hi", "tools": [tool]}).tools[0]["function"]["name"] == "book"

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from voice_agent.clinic_db import ClinicDB
-from voice_agent.clinic_words import parse_time, spoken_time
+from tests.dental_pack import ClinicDB
+from voice_agent.policy.calendar_words import parse_time, spoken_time
 
 
 def free_hhmm(db: ClinicDB, day: str) -> list[str]:
@@ -135,7 +135,7 @@ def test_double_booking_is_refused_by_the_unique_constraint(db):
         ("find_free_slots", {"date": "2026-11-27"}, "in the past"),
         ("find_free_slots", {"date": "2027-06-01"}, "too far ahead"),
         ("find_free_slots", {}, "the day is missing"),
-        ("find_free_slots", {"date": "2026-12-01", "service": "surgery"}, "we offer cleaning, checkup"),
+        ("find_free_slots", {"date": "2026-12-01", "service": "surgery"}, "we offer checkup, cleaning"),
         ("book_appointment", {"patient_name": "John Smith", "date": "2026-12-01", "time": "teatime"}, "didn't catch the time"),
         ("book_appointment", {"patient_name": "John Smith", "date": "2026-12-01", "time": "18:00"}, "not an appointment time"),
         ("book_appointment", {"patient_name": "John Smith", "date": "2026-12-01", "time": "10:15"}, "not an appointment time"),
@@ -195,7 +195,7 @@ def test_concurrent_bookings_never_lose_or_duplicate(db):
     ("day after tomorrow", "2026-12-03"), ("jan 5", "2027-01-05"), ("the thirty first", "2026-12-31"),
 ])
 def test_days_in_the_callers_words(words, day):
-    from voice_agent.clinic_words import parse_day
+    from voice_agent.policy.calendar_words import parse_day
 
     assert parse_day(words, dt.date(2026, 12, 1)).isoformat() == day  # a Tuesday
 
@@ -211,7 +211,7 @@ def test_times_in_the_callers_words(words, hhmm):
 
 @pytest.mark.parametrize("words", ["next week", "someday", "wednesday the eighth", "february thirtieth"])
 def test_ambiguous_or_wrong_days_are_errors_the_agent_can_say(words):
-    from voice_agent.clinic_words import WordsError, parse_day
+    from voice_agent.policy.calendar_words import WordsError, parse_day
 
     with pytest.raises(WordsError):
         parse_day(words, dt.date(2026, 12, 1))

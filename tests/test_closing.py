@@ -9,7 +9,7 @@ from voice_agent.brain.closing import closing_only, goodbye_answer
 from voice_agent.brain.types import TurnEvent
 from voice_agent.scenarios import CallPolicy, load_scenario
 
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 
 @pytest.mark.parametrize("words", ["great that's all i needed", "so great that's all i needed", "cheers bye",

@@ -113,7 +113,7 @@ async def test_on_the_real_engine_the_answer_decoded_ahead_is_the_answer_decoded
     from voice_agent.services.llm import tools_schema
     from voice_agent.services.speculative_prefill import SpeculativePrefill
 
-    scenario = load_scenario("dental_receptionist")
+    scenario = load_scenario("dental_clinic")
     said = "Hi, do you take Aetna insurance?"
     answers = {}
     for ahead in (True, False):

@@ -7,9 +7,9 @@ import re
 import yaml
 
 from engine.api import DEFAULT_ADAPTER
-from engine.train.prompts import PROMPTS_DIR
+from engine.train.prompts import SCENARIOS_DIR
 
-SCENARIO = yaml.safe_load((PROMPTS_DIR / "dental_receptionist.yaml").read_text())
+SCENARIO = yaml.safe_load((SCENARIOS_DIR / "dental_clinic" / "scenario.yaml").read_text())
 SYSTEM = {"role": "system", "content": SCENARIO["system_prompt"] + "\nToday is Monday, 2026-11-30."}
 TOOLS = [{"type": "function", "function": t} for t in SCENARIO["tools"]]
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from voice_agent.clinic_db import TOOL_NAMES
+from tests.dental_pack import TOOL_NAMES
 from voice_agent.dialogues import generate as gen
 from voice_agent.dialogues.generate import day_phrases, generate, reserved_names, time_phrases
 
@@ -52,7 +52,7 @@ def test_heldout_calls_use_unseen_names(corpus):
 
 def test_no_training_call_uses_a_hand_written_calls_patient(monkeypatch):
     reserved = reserved_names()
-    assert {"mei tanaka", "tomasz nowak"} <= reserved  # read from samples/callers/dental_handwritten.yaml
+    assert {"mei tanaka", "tomasz nowak"} <= reserved  # read from scenarios/dental_clinic/callers/handwritten.yaml
     # A name bank of one reserved pair and one free pair: the reserved one is always drawn again.
     monkeypatch.setattr(gen, "_RESERVED", frozenset({"mei tanaka"}))
     rng = gen.random.Random(0)
@@ -62,7 +62,7 @@ def test_no_training_call_uses_a_hand_written_calls_patient(monkeypatch):
 def test_generated_words_resolve_to_the_intended_day_and_time():
     import datetime as dt
 
-    from voice_agent.clinic_words import parse_day, parse_time
+    from voice_agent.policy.calendar_words import parse_day, parse_time
 
     today = dt.date(2026, 12, 1)
     for k in range(1, 20):
@@ -100,7 +100,7 @@ def test_the_name_question_names_the_intent_and_the_next_act_follows_it(tmp_path
 
     assert len({ask_name("cancel"), ask_name("move"), ask_name("lookup"), ASK["name"]}) == 4
     assert ask_name("book") == ASK["name"]
-    rng, scenario = random.Random(5), load_scenario("dental_receptionist")
+    rng, scenario = random.Random(5), load_scenario("dental_clinic")
     names = lexicon.split_names(random.Random(0))["train"]
     after: dict[str, list[dict]] = {"cancel": [], "move": [], "lookup": []}
     for _ in range(400):
@@ -128,7 +128,7 @@ def test_a_caller_told_the_time_is_taken_books_one_of_the_offered_times(tmp_path
             "11 am, 11:30 am and 12:30 pm. Would one of those work?")
     assert gen._offered(said) == ["11:00", "11:30", "12:30"]
     rng = gen.random.Random(5)
-    names, scenario = lex.split_names(rng), load_scenario("dental_receptionist")
+    names, scenario = lex.split_names(rng), load_scenario("dental_clinic")
     played = 0
     while played < 5:
         plan = gen.plan_call(rng, names["train"], "train")

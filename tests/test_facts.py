@@ -9,7 +9,7 @@ from voice_agent.brain.facts import FOLLOW_UP, fact_answer
 from voice_agent.brain.types import TurnEvent
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
 
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 
 def _ask(text: str):

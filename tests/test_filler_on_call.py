@@ -15,14 +15,14 @@ from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAg
 from pipecat.tests.utils import run_test
 
 from engine.chat_format import OutputParser
+from tests.dental_pack import ClinicDB
 from tests.pipeline_taps import StopAfterResponses
 from voice_agent.brain import Brain, TurnResult
 from voice_agent.brain.types import TurnEvent
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.scenarios import load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
 
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 TODAY = dt.date(2026, 11, 30)
 
 

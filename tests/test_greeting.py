@@ -9,7 +9,7 @@ from voice_agent.brain.greeting import greeting_answer, greeting_only
 from voice_agent.brain.types import TurnEvent
 from voice_agent.scenarios import CallPolicy, load_scenario
 
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 
 @pytest.mark.parametrize("words", ["Good morning.", "hi yes um", "Hello?", "Hey there!",

@@ -78,7 +78,7 @@ def test_tool_results_and_earlier_calls_are_sources_newest_first():
 
 
 def test_the_scenario_grounds_every_free_string_argument_and_the_prompt_never_shows_the_mark():
-    sc = load_scenario("dental_receptionist")
+    sc = load_scenario("dental_clinic")
     for t in sc.tools:
         for key, spec in t["function"]["parameters"]["properties"].items():
             # free strings copy the conversation; of the enums, only the service is the caller's choice

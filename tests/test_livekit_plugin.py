@@ -17,10 +17,10 @@ from livekit.agents import Agent, AgentSession, APIStatusError, function_tool, l
 from livekit.agents.metrics import LLMMetrics
 
 from engine import Engine
-from voice_agent.clinic_db import ClinicDB
-from voice_agent.clinic_words import spoken_day, spoken_time
+from tests.dental_pack import ClinicDB
 from voice_agent.livekit import EngineLLM, EngineTurnMetrics, ScenarioAgent
 from voice_agent.livekit.llm import chat_ctx_to_messages, tools_to_schemas
+from voice_agent.policy.calendar_words import spoken_day, spoken_time
 from voice_agent.scenarios import load_scenario
 
 TODAY = dt.date(2026, 12, 1)  # a Tuesday; the seeded diary starts here
@@ -94,7 +94,7 @@ async def test_function_call_runs_the_sqlite_tool_and_reuses_the_kv_cache(engine
     db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
     before = db.appointments("John Smith")
     assert before, "the seeded diary gives John Smith appointments"
-    agent = ScenarioAgent(load_scenario("dental_receptionist"), db.handlers(), greet=False)
+    agent = ScenarioAgent(load_scenario("dental_clinic"), db.handlers(), greet=False)
     await agent.update_chat_ctx(few_shot_cancellations())
     lm = EngineLLM(engine, reasoning_effort="instant", max_tokens=40)
     _, ours = collect_metrics(lm)
@@ -165,7 +165,7 @@ def test_chat_context_and_tools_convert_to_openai_shape() -> None:
         """
         return "9 to 5"
 
-    scenario = load_scenario("dental_receptionist")
+    scenario = load_scenario("dental_clinic")
     agent = ScenarioAgent(scenario, {"lookup_patient": lambda a: {}}, greet=False)
     schemas = tools_to_schemas([get_opening_hours, *agent.tools])
     by_name = {s["function"]["name"]: s["function"] for s in schemas}

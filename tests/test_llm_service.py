@@ -33,14 +33,13 @@ from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAg
 from pipecat.tests.utils import run_test
 
 from tests.pipeline_taps import StopAfterResponses
-from voice_agent.clinic_db import ClinicDB
-from voice_agent.clinic_words import parse_time
+from voice_agent.policy.calendar_words import parse_time
 from voice_agent.scenarios import load_scenario
 from voice_agent.services.llm import EngineLLMService, EngineLLMSettings, EngineMetricsFrame, tools_schema
 
 pytestmark = pytest.mark.slow
 TODAY = dt.date(2026, 11, 30)
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 
 def texts(frames: list[Frame]) -> str:
@@ -104,7 +103,8 @@ async def test_only_answer_text_is_pushed_never_reasoning(base_engine):
 
 
 async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_engine, tmp_path):
-    db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
+    backend = SCENARIO.open_backend(tmp_path / "store", TODAY)
+    db = backend.db
     day = "2026-12-02"
     t = db.find_free_slots({"date": day})["free_times"][0]
     assert {"patient_name": "John Smith", "date": day, "time": t} not in [
@@ -114,7 +114,7 @@ async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_eng
         time.sleep(0.7)  # slower than filler_after_s: the caller must hear the filler
         return db.book_appointment(args)
 
-    handlers = SCENARIO.bind_handlers(db) | {"book_appointment": slow_book}
+    handlers = SCENARIO.bind_handlers(backend) | {"book_appointment": slow_book}
     llm = make_llm(base_engine, reasoning_effort="instant", max_tokens=64, tools=handlers,
                    filler=SCENARIO.filler, filler_after_s=0.4)
     call = {"name": "book_appointment", "arguments": {"patient_name": "John Smith", "date": day, "time": t}}

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-LOCAL = {"engine", "voice_agent", "tests", "prompts", "samples"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
+LOCAL = {"engine", "voice_agent", "tests", "scenarios", "samples"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
 # Modules the code imports only inside a function, for backends a user installs on purpose.
 USER_BACKENDS = {"TTS": "coqui-tts (--tts coqui; no offline weights)", "piper": "piper-tts (--tts piper; GPL-3.0)"}
 # Optional peers a user installs on request (an extra, never CI): imported lazily; declared even when absent.

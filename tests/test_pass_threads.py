@@ -179,6 +179,6 @@ def test_a_bad_setting_stops_a_command_with_its_code_and_no_traceback(monkeypatc
     from voice_agent.cli import main
 
     monkeypatch.setenv(NARROW_THREADS_ENV, "three")
-    assert main(["simulate", "samples/callers/dental_heldout_subset20.yaml"]) == 2
+    assert main(["simulate", "scenarios/dental_clinic/callers/heldout_subset20.yaml"]) == 2
     err = capsys.readouterr().err
     assert "[invalid_narrow_threads]" in err and NARROW_THREADS_ENV in err and "Traceback" not in err

@@ -177,7 +177,7 @@ def phone_server(base_engine, tmp_path_factory):
     clinic_db(db)  # created and seeded before the first call, as `voice-agent phone` does
     options = PipelineOptions(reasoning_effort="instant", max_tokens=20, db_path=db)
     clocks: list[FrameClock] = []
-    server = PhoneServer(engine=base_engine, scenario=load_scenario("dental_receptionist"), options=options,
+    server = PhoneServer(engine=base_engine, scenario=load_scenario("dental_clinic"), options=options,
                          observers_factory=lambda: [clocks.append(FrameClock()) or clocks[-1]])
     server.clocks = clocks
     port = free_port()

@@ -33,13 +33,12 @@ from pipecat.tests.utils import run_test
 from engine.server import ServerConfig, ServerThread, create_app, free_port
 from tests.test_llm_service import StopAfterResponses, responses, tool_call_to_copy
 from voice_agent.brain.remote import RemoteBrain, api_base
-from voice_agent.clinic_db import ClinicDB
-from voice_agent.clinic_words import parse_time
+from voice_agent.policy.calendar_words import parse_time
 from voice_agent.scenarios import load_scenario
 from voice_agent.services.llm import EngineLLMService, EngineMetricsFrame
 
 TODAY = dt.date(2026, 11, 30)
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,10 +88,11 @@ async def test_remote_turns_push_answer_text_only_with_ttfat_and_reuse_the_serve
 
 
 async def test_a_tool_call_from_the_server_runs_the_tool_and_the_model_again(server, tmp_path):
-    db = ClinicDB(tmp_path / "clinic.sqlite", today=TODAY)
+    backend = SCENARIO.open_backend(tmp_path / "store", TODAY)
+    db = backend.db
     day = "2026-12-02"
     t = db.find_free_slots({"date": day})["free_times"][0]
-    llm = remote_llm(server.base_url, reasoning_effort="instant", max_tokens=64, tools=SCENARIO.bind_handlers(db),
+    llm = remote_llm(server.base_url, reasoning_effort="instant", max_tokens=64, tools=SCENARIO.bind_handlers(backend),
                      filler=SCENARIO.filler)
     call = {"name": "book_appointment", "arguments": {"patient_name": "John Smith", "date": day, "time": t}}
     ctx = tool_call_to_copy(call)

@@ -7,8 +7,10 @@ import datetime as dt
 import pytest
 
 from voice_agent.said_phrases import is_phrase, latest_said, phrases_in, said_intents, said_name
+from voice_agent.scenarios import load_scenario
 
 TODAY = dt.date(2026, 12, 1)
+CHOICES = load_scenario("dental_clinic").policy.choices  # the dental pack's services and their x-synonyms
 
 
 @pytest.mark.parametrize(("text", "days", "times"), [
@@ -67,17 +69,17 @@ def test_a_value_is_a_phrase_of_its_kind_or_not(value, kind, ok):
     ("a check-up and a cleaning", ["check up", "cleaning"], None),  # two services: the caller decides
     ("It's for Fatima Honeycutt.", [], None),
 ])
-def test_services_are_found_by_the_clinics_own_words(text, services, latest):
-    assert phrases_in(text, "service", TODAY) == services
-    assert latest_said("service", [text], TODAY) == latest
+def test_choices_are_found_by_the_scenarios_own_words(text, services, latest):
+    assert phrases_in(text, "choice", TODAY, CHOICES) == services
+    assert latest_said("choice", [text], TODAY, CHOICES) == latest
 
 
-def test_a_service_argument_takes_the_services_own_name():
+def test_a_choice_argument_takes_the_value_itself():
     from voice_agent.said_phrases import as_argument, value_of
-    assert as_argument("a clean", "service", TODAY) == "cleaning"
-    assert value_of("hygiene", "service", TODAY) == value_of("cleaning", "service", TODAY) == "cleaning"
+    assert as_argument("a clean", "choice", TODAY, CHOICES) == "cleaning"
+    assert value_of("hygiene", "choice", TODAY, CHOICES) == value_of("cleaning", "choice", TODAY, CHOICES) == "cleaning"
     assert as_argument("half past one", "time", TODAY) == "half past one"  # days and times stay the caller's words
-    assert is_phrase("checkup", "service", TODAY) and not is_phrase("monday", "service", TODAY)
+    assert is_phrase("checkup", "choice", TODAY, CHOICES) and not is_phrase("monday", "choice", TODAY, CHOICES)
 
 
 def test_an_iso_date_is_no_time():

@@ -6,14 +6,13 @@ import datetime as dt
 
 import pytest
 
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.scenarios import ScenarioError, list_scenarios, load_scenario
 
 
-def test_dental_receptionist_loads_with_openai_shaped_tools():
-    s = load_scenario("dental_receptionist")
-    assert "dental_receptionist" in list_scenarios()
-    assert s.name == "dental_receptionist" and s.reasoning_effort in ("instant", "low", "medium", "high")
+def test_dental_clinic_loads_with_openai_shaped_tools():
+    s = load_scenario("dental_clinic")
+    assert "dental_clinic" in list_scenarios()
+    assert s.name == "dental_clinic" and s.reasoning_effort in ("instant", "low", "medium", "high")
     assert s.greeting and s.filler and "Maya" in s.system_prompt
     assert s.tool_names == ["find_free_slots", "book_appointment", "move_appointment",
                             "cancel_appointment", "lookup_patient"]
@@ -27,20 +26,19 @@ def test_dental_receptionist_loads_with_openai_shaped_tools():
 def test_tools_pass_the_engines_schema_check():
     from engine.tools import validate_tools
 
-    s = load_scenario("dental_receptionist")
+    s = load_scenario("dental_clinic")
     assert len(validate_tools(s.tools)) == len(s.tools)
 
 
 def test_system_prompt_carries_todays_date():
-    s = load_scenario("dental_receptionist")
+    s = load_scenario("dental_clinic")
     p = s.system_prompt_for(dt.date(2026, 12, 2))
     assert p.startswith(s.system_prompt.rstrip()) and p.endswith("Today is Wednesday, 2026-12-02.")
 
 
 def test_tool_names_bind_to_the_clinic_store(tmp_path):
-    s = load_scenario("dental_receptionist")
-    db = ClinicDB(tmp_path / "c.sqlite", today=dt.date(2026, 11, 30))
-    handlers = s.bind_handlers(db)
+    s = load_scenario("dental_clinic")
+    handlers = s.bind_handlers(s.open_backend(tmp_path / "store", dt.date(2026, 11, 30)))
     assert set(handlers) == set(s.tool_names)
     r = handlers["lookup_patient"]({"patient_name": "John Smith"})
     assert r["patient_name"] == "John Smith"
@@ -49,13 +47,13 @@ def test_tool_names_bind_to_the_clinic_store(tmp_path):
 def test_a_tool_without_a_backend_answers_with_an_error(tmp_path):
     (tmp_path / "x.yaml").write_text(
         "name: x\nsystem_prompt: hi\ntools:\n  - name: teleport\n    description: go\n")
-    s = load_scenario("x", prompts_dir=tmp_path)
+    s = load_scenario(tmp_path / "x.yaml")
     r = s.bind_handlers(object())["teleport"]({})
     assert "not available" in r["error"]
 
 
 def test_unknown_scenario_names_the_known_ones():
-    with pytest.raises(ScenarioError, match="unknown scenario 'nope'.*dental_receptionist"):
+    with pytest.raises(ScenarioError, match="unknown scenario 'nope'.*dental_clinic"):
         load_scenario("nope")
 
 
@@ -75,4 +73,4 @@ def test_unknown_scenario_names_the_known_ones():
 def test_malformed_yaml_gives_a_clear_error(tmp_path, text, match):
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(ScenarioError, match=match):
-        load_scenario("bad", prompts_dir=tmp_path)
+        load_scenario(tmp_path / "bad.yaml")

@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from engine.api import ChatResult, StreamEvent
+from tests.dental_pack import ClinicDB
 from voice_agent.cli import main as cli_main
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.scenarios import load_scenario
 from voice_agent.simulate.callfile import CallFileError, load_callfile, parse_callfile
 from voice_agent.simulate.grade import grade, speakable_problems
@@ -32,12 +32,12 @@ from voice_agent.simulate.runner import RunOptions, run_call
 from voice_agent.simulate.summary import summarize
 from voice_agent.simulate.transcript import CallRecord, Reply, ToolCallRecord, TurnRecord
 
-HANDWRITTEN = Path(__file__).resolve().parent.parent / "samples" / "callers" / "dental_handwritten.yaml"
+HANDWRITTEN = Path(__file__).resolve().parent.parent / "scenarios" / "dental_clinic" / "callers" / "handwritten.yaml"
 TODAY = dt.date(2026, 12, 1)
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 GOOD = """
-scenario: dental_receptionist
+scenario: dental_clinic
 today: 2026-12-01
 calls:
   - id: book_cleaning
@@ -69,13 +69,14 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_a_good_call_file_parses_into_calls_with_setup_and_expectations(tmp_path):
     f = load_callfile(write(tmp_path, GOOD))
-    assert f.scenario == "dental_receptionist" and f.today == TODAY
+    assert f.scenario == "dental_clinic" and f.today == TODAY
     (call,) = f.calls
     assert call.id == "book_cleaning" and len(call.caller) == 2
-    assert call.db.empty and call.db.appointments[0].patient_name == "Ana Ruiz"
-    jordan = call.expect.appointments["Jordan Lee"][0]
-    assert (jordan.date, jordan.time, jordan.service) == ("2026-12-08", "10:00", "cleaning")  # unquoted 10:00
-    assert call.expect.appointments["Ana Ruiz"][0].service is None  # service optional
+    # the dental sugar: `db:` is the setup, `appointments:` the state's
+    assert call.setup["empty"] and call.setup["appointments"][0]["patient_name"] == "Ana Ruiz"
+    booked = call.expect.state["appointments"]
+    assert booked["Jordan Lee"] == [{"date": "2026-12-08", "time": "10:00", "service": "cleaning"}]  # unquoted 10:00
+    assert booked["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00"}]  # service optional
     assert call.expect.tool_calls[1] == {"name": "book_appointment", "arguments": {"time": "10:00"}}
     assert call.expect.no_tool_calls == ("cancel_appointment",)
 
@@ -97,7 +98,8 @@ def test_the_handwritten_sample_parses_and_covers_every_tool():
     (GOOD.replace('"2026-12-08"', '"next tuesday"'), ["YYYY-MM-DD", "'book_cleaning'"]),
     (GOOD.replace("today: 2026-12-01", "today: 2026-13-01"), ["'today'", "not a real calendar date"]),
     (GOOD.replace("today: 2026-12-01", "today: tomorrow"), ["'today'", "YYYY-MM-DD"]),
-    (GOOD.replace("service: cleaning}", "service: scaling}"), ["must be one of", "'book_cleaning'"]),
+    (GOOD.replace("    caller:", "    setup: {empty: true}\n    caller:"), ["'setup' or its older name 'db'"]),
+    (GOOD.replace("      must_say:", "      state: [1]\n      must_say:"), ["'state' must be a mapping"]),
     ("calls: [\n  - id: x\n", ["not valid YAML"]),
     ("- just a list\n", ["must be a mapping"]),
 ])
@@ -118,7 +120,7 @@ def test_duplicate_ids_are_an_error():
     GOOD.replace("    caller:", "    greeting: hi\n    caller:"),
     "calls: [\n  - id: x\n",
     GOOD.replace("no_tool_calls: [cancel_appointment]", "no_tool_calls: [refund_patient]"),  # not a tool
-    GOOD.replace("scenario: dental_receptionist", "scenario: no_such_scenario"),
+    GOOD.replace("scenario: dental_clinic", "scenario: no_such_scenario"),
 ])
 def test_the_cli_exits_2_for_a_file_it_cannot_use(tmp_path, capsys, text):
     assert cli_main(["simulate", str(write(tmp_path, text)), "--out", str(tmp_path / "out")]) == 2
@@ -157,7 +159,7 @@ def good_record(**changes) -> CallRecord:
     ]
     appointments = {"Jordan Lee": [{"date": "2026-12-08", "time": "10:00", "service": "cleaning"}],
                     "Ana Ruiz": [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]}
-    record = CallRecord(id="book_cleaning", turns=turns, appointments=appointments)
+    record = CallRecord(id="book_cleaning", turns=turns, state={"appointments": appointments, "changes": []})
     for k, v in changes.items():
         setattr(record, k, v)
     return record
@@ -169,17 +171,17 @@ def test_a_correct_call_passes():
 
 def test_a_call_that_books_the_wrong_time_fails():
     record = good_record()
-    record.appointments["Jordan Lee"] = [{"date": "2026-12-08", "time": "11:00", "service": "cleaning"}]
+    record.state["appointments"]["Jordan Lee"] = [{"date": "2026-12-08", "time": "11:00", "service": "cleaning"}]
     reasons = grade(good_call(), record)
     assert len(reasons) == 1 and "Jordan Lee" in reasons[0] and "11:00" in reasons[0], reasons
 
 
 def test_a_second_booking_or_the_wrong_service_fails():
     record = good_record()
-    record.appointments["Jordan Lee"].append({"date": "2026-12-09", "time": "10:00", "service": "cleaning"})
+    record.state["appointments"]["Jordan Lee"].append({"date": "2026-12-09", "time": "10:00", "service": "cleaning"})
     assert any("Jordan Lee" in r for r in grade(good_call(), record))
     record = good_record()
-    record.appointments["Jordan Lee"][0]["service"] = "checkup"
+    record.state["appointments"]["Jordan Lee"][0]["service"] = "checkup"
     assert any("Jordan Lee" in r for r in grade(good_call(), record))
 
 
@@ -304,7 +306,7 @@ async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_ans
     call = good_call()
     # Every argument the scripted calls pass was said (or came from a tool), so none is asked for instead.
     call = type(call)(id=call.id, caller=("please book me a cleaning on 2026-12-08 the name is jordan lee", "ok great"),
-                      db=call.db,
+                      setup=call.setup,
                       expect=call.expect)
     engine = ScriptedEngine()
     record = await run_call(call, SCENARIO, engine, TODAY, RunOptions(filler_after_s=0.0), db_dir=tmp_path)
@@ -319,9 +321,10 @@ async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_ans
     assert len(first.metrics) == 3 and first.first_answer_ms is not None
     assert [r.text for r in second.replies] == ["Goodbye!"] and len(second.metrics) == 1
     # The database was read back after the call, and the second LLM round saw the tool result.
-    assert record.appointments["Jordan Lee"] == [{"date": "2026-12-08", "time": "09:00", "service": "cleaning"}]
-    assert record.appointments["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]
-    assert [c["action"] for c in record.changes] == ["booked"]
+    booked_now = record.state["appointments"]
+    assert booked_now["Jordan Lee"] == [{"date": "2026-12-08", "time": "09:00", "service": "cleaning"}]
+    assert booked_now["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]
+    assert [c["action"] for c in record.state["changes"]] == ["booked"]
     assert [m[-1]["role"] for m in engine.requests] == ["user", "tool", "tool", "user"]
     assert engine.requests[0][1] == {"role": "assistant", "content": SCENARIO.greeting}  # after the system prompt
     assert not list(tmp_path.iterdir())  # the call's database was temporary
@@ -345,11 +348,12 @@ async def test_a_real_call_runs_through_the_whole_runner_on_the_default_model(de
     last = record.turns[-1]
     assert last.caller == "Great, thanks, bye." and [r.text for r in last.replies] == [SCENARIO.goodbye_reply]
     assert [m.get("answered_goodbye") for m in last.metrics] == [True]
-    assert set(record.appointments) == {"Jordan Lee", "Ana Ruiz"}
-    touched_ana = any(c["patient_name"] == "Ana Ruiz" for c in record.changes)
+    booked_now, changes = record.state["appointments"], record.state["changes"]
+    assert set(booked_now) <= {"Jordan Lee", "Ana Ruiz"}  # the diary was empty but for Ana's booking
+    touched_ana = any(c["patient_name"] == "Ana Ruiz" for c in changes)
     if not touched_ana:
-        assert record.appointments["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]
-    booked_jordan = [c for c in record.changes if c["patient_name"] == "Jordan Lee" and c["action"] == "booked"]
-    assert len(record.appointments["Jordan Lee"]) <= len(booked_jordan)
+        assert booked_now["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]
+    booked_jordan = [c for c in changes if c["patient_name"] == "Jordan Lee" and c["action"] == "booked"]
+    assert len(booked_now.get("Jordan Lee", [])) <= len(booked_jordan)
     s = summarize([record], [grade(call, record)])
     assert s["tokens_per_forward"] and s["tokens_per_forward"] > 0 and s["answered_rate"] is not None

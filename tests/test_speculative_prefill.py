@@ -17,7 +17,7 @@ from voice_agent.services.speculative_prefill import SpeculativePrefill
 from voice_agent.services.stt import EarlyTranscriptFrame
 
 pytestmark = pytest.mark.slow
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 
 
 def heard(*parts: str) -> list[TranscriptionFrame]:

@@ -126,7 +126,7 @@ def test_a_reply_that_begins_a_call_is_announced_before_the_opener_is_whole(defa
 
     from voice_agent.scenarios import load_scenario
 
-    sc = load_scenario("dental_receptionist")
+    sc = load_scenario("dental_clinic")
     msgs = [dict(m) for m in SAMPLE_TURN_1]
     msgs[0]["content"] = sc.system_prompt_for(dt.date(2026, 12, 1))
     passes = {"n": 0}

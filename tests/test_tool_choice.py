@@ -26,7 +26,7 @@ from voice_agent.brain.tool_choice import (
 from voice_agent.brain.types import TurnEvent
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
 
-SCENARIO = load_scenario("dental_receptionist")
+SCENARIO = load_scenario("dental_clinic")
 TODAY = dt.date(2026, 12, 1)
 
 

@@ -13,7 +13,7 @@ from engine.tools import parse_tool_calls, validate_tools
 from engine.train.prompts import load_scenario_tools
 from tests.tiny_models import save_tiny
 
-DENTAL_TOOLS = validate_tools(load_scenario_tools("dental_receptionist")[1])
+DENTAL_TOOLS = validate_tools(load_scenario_tools("dental_clinic")[1])
 CALL = [{"role": "system", "content": "You are a receptionist."}, {"role": "user", "content": "Cancel for Tom Smith."}]
 
 

@@ -47,7 +47,7 @@ def knob(default: Any, flag: str, help: str, **argparse_kw: Any) -> Any:
 @dataclass(kw_only=True)
 class CallOptions:
     # -- the agent ---------------------------------------------------------------------------
-    scenario: str = knob("dental_receptionist", "--scenario", "scenario name in prompts/ or a YAML path")
+    scenario: str = knob("dental_clinic", "--scenario", "scenario pack: a name in scenarios/, a pack folder or its scenario.yaml")
     # -- the LLM -----------------------------------------------------------------------------
     model: str = knob("default", "--model", "engine model: 'default', 'smollm2-base' or a checkpoint folder")
     reasoning_effort: str | None = knob(None, "--reasoning-effort", "override the scenario's reasoning_effort; unset: the scenario's",
@@ -117,7 +117,8 @@ class CallOptions:
     allow_interruptions: bool = knob(True, "--no-interruptions", "disable barge-in", action="store_false")
     greeting: bool = knob(True, "--no-greeting", "do not speak the scenario's greeting", action="store_false")
     # -- the rest ----------------------------------------------------------------------------
-    db_path: str | None = knob(None, "--db", "clinic SQLite file; unset: ~/.cache/voice-agent/clinic.sqlite")
+    store: str | None = knob(None, "--store", "folder where the scenario's tools keep their data; "
+                             "unset: ~/.cache/voice-agent/stores/<scenario>")
     audio_in_sample_rate: int = 16000      # what VAD and Whisper get (transports resample)
     audio_out_sample_rate: int = 24000     # hibari's native rate; phone lines use 8000
     idle_timeout_secs: float | None = 300  # end a call nobody has spoken on for this long
@@ -148,7 +149,7 @@ LLM_FLAGS = ("model", "reasoning_effort", "max_tokens", "temperature", "filler_a
 SPEECH_FLAGS = ("stt_model", "tts", "tts_voice_path", "tts_model_dir", "first_clause_words", "smart_turn", "vad_stop_secs",
                 "vad_start_secs", "vad_min_volume", "turn_end_complete_s", "turn_end_incomplete_s", "allow_interruptions",
                 "greeting")
-LIVE_CALL_FLAGS = ("scenario", *LLM_FLAGS, *SPEECH_FLAGS, "db_path")  # mic, phone, room
+LIVE_CALL_FLAGS = ("scenario", *LLM_FLAGS, *SPEECH_FLAGS, "store")  # mic, phone, room
 
 
 def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, names: Iterable[str], *,

@@ -73,7 +73,7 @@ def make_sample(out_dir: Path = SAMPLES_DIR, name: str = NAME) -> tuple[Path, Pa
         "description": "Sample call for `voice-agent replay`: a caller booking a dental cleaning. "
                        "Caller side only (the agent's side is produced by the replay). Made with "
                        "`python -m voice_agent.make_sample`.",
-        "scenario": "dental_receptionist",
+        "scenario": "dental_clinic",
         "tts": f"hibari-tts (voice heart), seeds 1000+i, resampled to {RATE} Hz",
         "sample_rate": RATE,
         "today": TODAY,

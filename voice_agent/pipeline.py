@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,7 +39,6 @@ from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnaly
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from voice_agent.brain import make_brain
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.config import CallOptions
 from voice_agent.scenarios import Scenario, load_scenario
 from voice_agent.services.llm import EngineLLMService, tools_schema
@@ -80,26 +78,22 @@ def load_engine(model: str = "default", precision: str | None = None, threads: i
     return shared_engine(model, precision=precision, threads=threads)
 
 
-@functools.lru_cache(maxsize=4)
-def clinic_db(path: str | None = None) -> ClinicDB:
-    return ClinicDB(path)
-
-
 def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: PipelineOptions | None = None,
                    *, engine: Any = None, session: Any = None, observers: list[BaseObserver] | None = None,
-                   tool_backends: list[Any] | None = None, today: dt.date | None = None) -> CallPipeline:
+                   backend: Any = None, today: dt.date | None = None) -> CallPipeline:
     options = options or PipelineOptions()
     if isinstance(scenario, str):
         scenario = load_scenario(scenario)
     brain = make_brain(options, engine=engine, session=session)
     effort = options.reasoning_effort or scenario.reasoning_effort
-    backends = tool_backends if tool_backends is not None else [clinic_db(options.db_path)]
+    # The call's tools: the scenario's backend on the live store, unless the caller brings one (replay's own).
+    backend = backend if backend is not None else scenario.open_backend(options.store, today)
 
     stt = LocalWhisperSTTService(stt_model=options.stt_model, cpu_threads=options.stt_threads,
                                  window=options.stt_window, early=options.early_stt)
     llm = EngineLLMService(
         brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
-        max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(*backends),
+        max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(backend),
         filler=scenario.filler, filler_after_s=options.filler_after_s, policy=scenario.policy,
         decode_ahead=options.decodes_ahead)
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir,

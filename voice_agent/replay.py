@@ -19,6 +19,7 @@ import asyncio
 import datetime as dt
 import json
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, fields
@@ -90,31 +91,28 @@ def _sidecar(path: Path) -> dict | None:
 
 # --- the pipeline ------------------------------------------------------------------------------
 
-def call_clinic(db_path: Path, meta: dict | None) -> tuple[Any, dt.date | None]:
-    """A fresh clinic database for one replayed call (replays are repeatable and never touch the real
-    bookings), and the call's "today". A recording's metadata may pin both, so that a call recorded on
-    one day replays against the same diary on any other: {"today": "2026-12-01", "db": {"empty": true,
-    "appointments": [{patient_name, date, time, service}]}}."""
-    from voice_agent.clinic_db import ClinicDB
-
+def call_backend(scenario: Any, store: Path, meta: dict | None) -> tuple[Any, dt.date | None]:
+    """A fresh backend of the scenario for one replayed call, on a store of its own (replays are
+    repeatable and never touch the live data), and the call's "today". A recording's metadata may pin
+    both, so that a call recorded on one day replays against the same state on any other:
+    {"today": "2026-12-01", "setup": {...}} (the dental pack's older `db` is the same as `setup`)."""
     meta = meta or {}
     today = dt.date.fromisoformat(str(meta["today"])) if meta.get("today") else None
-    db_spec = meta.get("db") or {}
-    db = ClinicDB(db_path, today=today, empty=bool(db_spec.get("empty")))
-    for a in db_spec.get("appointments") or []:
-        db.add_appointment(a["patient_name"], a["date"], a["time"], a.get("service", "checkup"))
-    return db, today
+    backend = scenario.open_backend(store, today)
+    setup = meta.get("setup") if meta.get("setup") is not None else meta.get("db")
+    backend.setup(dict(setup or {}))
+    return backend, today
 
 
 def _make_pipeline(transport: Any, scenario: Any, opts: ReplayOptions, engine: Any, observers: list[Any],
-                   db: Any, today: dt.date | None) -> Any:
-    """The live-call pipeline on our transport, on the call's own clinic database (the replay's
+                   backend: Any, today: dt.date | None) -> Any:
+    """The live-call pipeline on our transport, on the call's own backend (the replay's
     options are the call's: a fresh CallOptions of the same values). Returns the built pipeline."""
     from voice_agent.pipeline import build_pipeline
 
     options = CallOptions(**{f.name: getattr(opts, f.name) for f in fields(CallOptions)})
     return build_pipeline(transport, scenario, options, engine=engine, observers=observers,
-                          tool_backends=[db], today=today)
+                          backend=backend, today=today)
 
 
 def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
@@ -126,7 +124,7 @@ def _wait_engine_idle(built: Any, timeout_s: float = 60.0) -> None:
 
 
 async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, engine: Any,
-                    opts: ReplayOptions, turns_bar: Any, db: Any, today: dt.date | None) -> tuple[Any, Any, Any]:
+                    opts: ReplayOptions, turns_bar: Any, backend: Any, today: dt.date | None) -> tuple[Any, Any, Any]:
     from pipecat.workers.runner import WorkerRunner
 
     from voice_agent.latency.observer import TurnLatencyObserver
@@ -142,7 +140,7 @@ async def _run_call(path: Path, samples: Any, segments: list, scenario: Any, eng
     observer = TurnLatencyObserver(clock=transport.clock.now, on_turn=on_turn)
     transport.set_idle_probe(observer.idle_for)
     probe = ReplayProbe(transport)
-    built = _make_pipeline(transport, scenario, opts, engine, [observer, probe], db, today)
+    built = _make_pipeline(transport, scenario, opts, engine, [observer, probe], backend, today)
     task = built.task
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(task)
@@ -266,14 +264,14 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
                          position=1, file=sys.stderr)
     call_dir = out_dir / "calls" / slug
     call_dir.mkdir(parents=True, exist_ok=True)
-    db_path = call_dir / "clinic.db"
-    db_path.unlink(missing_ok=True)
+    store = call_dir / "store"
+    shutil.rmtree(store, ignore_errors=True)
     meta = _sidecar(path)  # the call's script, date and diary
     t_wall = time.monotonic()
     try:
-        db, today = call_clinic(db_path, meta)
+        backend, today = call_backend(scenario, store, meta)
         observer, transport, built = await _run_call(path, audio.samples, segments, scenario, engine, opts,
-                                                         turns_bar, db, today)
+                                                         turns_bar, backend, today)
     except Exception as e:  # one call failing must not stop the batch
         logger.exception(f"replay of {path} failed")
         entry["error"] = f"{path}: replay failed: {type(e).__name__}: {e}"
@@ -307,9 +305,9 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
     entry["greeting"] = {"bot_text": g.bot_text.strip(),
                          "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
 
-    # What the call left in the diary: upcoming bookings per patient (checked by `appointments` expectations).
-    upcoming = [a for a in db.appointments() if a["date"] >= db.today().isoformat()]
-    entry["appointments"] = upcoming
+    # What the call left in its backend (checked by `state` expectations).
+    entry["state"] = backend.snapshot()
+    backend.close()
     script = [str(s) for s in (meta or {}).get("script", [])]
     if script:
         errors, words = word_errors(" ".join(script), " ".join(t["user_text"] for t in entry["turns"]))

@@ -1,6 +1,6 @@
-"""Which words of the caller name a day, a time or a service: the phrases a typed tool argument takes.
+"""Which words of the caller name a day, a time or a choice: the phrases a typed tool argument takes.
 
-A tool argument marked `x-grounded: day` or `x-grounded: time` (prompts/*.yaml) must be the caller's
+A tool argument of `x-kind: date` or `time` (`x-grounded: day`, `time`) must be the caller's
 own phrase for a day or a time. Adapter v7 often made the right call with a mangled copy: "1:00" or
 "9" for "half past one", "this coming tomorrow" for "tomorrow", the caller's name as the date. The
 ask guard (voice_agent/brain/ask_guard.py) then asked for what the caller had just said. With these
@@ -8,17 +8,18 @@ finders it takes the caller's phrase instead, when the caller's latest words tha
 exactly one, and asks only when they name none or two different ones. A phrase right after "not"
 is one the caller refuses: "sorry i meant eleven not ten" says eleven.
 
-A phrase is a run of words that `clinic_words` parses, with a marker of its kind: a weekday, month,
+A phrase is a run of words that `policy/calendar_words` parses, with a marker of its kind: a weekday, month,
 ordinal, "today" or "tomorrow" for a day; a bare number, a clock time, am/pm, "o'clock", "half past"
 or "noon" for a time, and no ordinal, weekday or month (so "the 9th" is a day, not nine o'clock).
 
-A service (`x-grounded: service`) is a choice from the tool's enum, not a copy: v7 booked "a clean"
-as a checkup. The caller's latest words that name one service (clinic_words.SERVICE_WORDS, "a
-clean", "hygiene visit", "cavity") decide it; the argument takes the service's own name.
+An enum argument (`x-kind: enum`, `x-grounded: choice`) is a choice, not a copy: v7 booked "a clean"
+as a checkup. The caller's latest words that name one value (the value or one of its `x-synonyms`:
+"a clean", "hygiene visit", "cavity") decide it; the argument takes the value itself. The choices
+come from the scenario's tools (`Choices`: value -> words).
 
 A name is what follows the words callers introduce one with ("the name is karin um das", "it's for
-isabel so wojcik", "this is tomasz nowak"): up to three words that are no common word and no day,
-time or service word, hesitations left out. Only a name of two words or more counts, so that "i'm
+isabel so wojcik", "this is tomasz nowak"): up to three words that are no common word and no day
+or time word, hesitations left out. Only a name of two words or more counts, so that "i'm
 calling" or "it's urgent" never reads as one. An intent is a phrase of the scenario's `intents`
 block ("call off", "what time is my"), matched as whole words.
 """
@@ -27,18 +28,19 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import lru_cache
 
-from voice_agent.clinic_words import (
+from voice_agent.policy.calendar_words import (
     _ORDINALS,
     _UNITS,
     MONTHS,
-    SERVICE_WORDS,
     WEEKDAYS,
     parse_day,
-    parse_service,
     parse_time,
 )
+
+Choices = Mapping[str, tuple[str, ...]]  # an enum value -> the caller's words for it (itself included)
 
 MAX_WORDS = 5
 _WORD = re.compile(r"\d{4}-\d{2}-\d{2}|[a-z0-9:']+")  # an ISO date is one word: its "12" is no time
@@ -53,9 +55,30 @@ _CALENDAR_GLUE = {"at", "on", "around", "about", "by"}  # "monday at nine": word
 _DAY_LEADS = {"the", "next", "this"}     # "the ninth", "next tuesday", "this coming friday"
 _DAY_NAMES = _DAYS | _MONTHS | {"today", "tomorrow"}
 _DAY_VOCAB = _DAY_NAMES | set(_UNITS) | set(_ORDINALS) | {"the", "of", "next", "this", "coming", "day", "after"}
-# "check" is left out: "can you check thursday" names no service.
-_SERVICE_PHRASES = sorted((w for words in SERVICE_WORDS.values() for w in words if w != "check"), key=len, reverse=True)
-_SERVICE_RE = re.compile(r"\b(" + "|".join(re.escape(w) for w in _SERVICE_PHRASES) + r")\b")
+
+
+@lru_cache(maxsize=64)
+def _choice_finder(words: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[re.Pattern | None, dict[str, str]]:
+    """A whole-word finder of every choice's words (longest first), and each word -> its value."""
+    of = {" ".join(_words(w.replace("-", " "))): value for value, ws in words for w in ws}
+    of.pop("", None)
+    if not of:
+        return None, {}
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(of, key=len, reverse=True)) + r")\b"), of
+
+
+def _finder(choices: Choices | None) -> tuple[re.Pattern | None, dict[str, str]]:
+    return _choice_finder(tuple((v, tuple(ws)) for v, ws in (choices or {}).items()))
+
+
+def parse_choice(text: object, choices: Choices | None) -> str:
+    """The one value whose words `text` names."""
+    finder, of = _finder(choices)
+    named = {of[m] for m in finder.findall(" ".join(_words(text.replace("-", " "))))} if (
+        finder is not None and isinstance(text, str)) else set()
+    if len(named) != 1:
+        raise ValueError(f"{text!r} names {'no' if not named else 'more than one'} choice")
+    return named.pop()
 _ONE_OF = {"that", "this", "which", "later", "earlier", "first", "last", "other", "next", "second", "third",
            "any", "no", "each", "morning", "afternoon", "early", "late", "best", "same"}
 # Words after a number that make it a time of day, whatever comes before ("december ten am").
@@ -130,12 +153,12 @@ def _maximal_spans(text: str, ok: Callable[[list[str], str], bool], leads: set[s
     return spans, words
 
 
-def phrases_in(text: str, kind: str, today: dt.date) -> list[str]:
-    """The maximal phrases of `kind` ("day", "time" or "service") in `text`, in order."""
-    return [p for p, _ in _phrases(text, kind, today)]
+def phrases_in(text: str, kind: str, today: dt.date, choices: Choices | None = None) -> list[str]:
+    """The maximal phrases of `kind` ("day", "time" or "choice": words of `choices`) in `text`, in order."""
+    return [p for p, _ in _phrases(text, kind, today, choices)]
 
 
-def _phrases(text: str, kind: str, today: dt.date) -> list[tuple[str, bool]]:
+def _phrases(text: str, kind: str, today: dt.date, choices: Choices | None = None) -> list[tuple[str, bool]]:
     """(phrase, refused) for each phrase of `kind` in `text`; refused: "not" comes right before it
     ("eleven, not ten": ten is refused)."""
     if kind == "day":
@@ -143,8 +166,9 @@ def _phrases(text: str, kind: str, today: dt.date) -> list[tuple[str, bool]]:
         spans = [_without_clock_number(span, words, today) for span in spans]
     elif kind == "time":
         spans, words = _maximal_spans(text, is_time_phrase, set())
-    elif kind == "service":
-        return [(p, False) for p in _SERVICE_RE.findall(" ".join(_words(text.replace("-", " "))))]
+    elif kind == "choice":
+        finder, _ = _finder(choices)
+        return [] if finder is None else [(p, False) for p in finder.findall(" ".join(_words(text.replace("-", " "))))]
     else:
         return []
     return [(" ".join(words[i:j]), _refused(words[:i])) for i, j in spans]
@@ -169,19 +193,19 @@ def _refused(before: list[str]) -> bool:
     return bool(before) and before[-1] in ("not", "instead")
 
 
-def value_of(phrase: str, kind: str, today: dt.date) -> object:
-    if kind == "service":
-        return parse_service(phrase)
+def value_of(phrase: str, kind: str, today: dt.date, choices: Choices | None = None) -> object:
+    if kind == "choice":
+        return parse_choice(phrase, choices)
     return parse_day(phrase, today) if kind == "day" else parse_time(phrase)
 
 
-def as_argument(phrase: str, kind: str, today: dt.date) -> str:
+def as_argument(phrase: str, kind: str, today: dt.date, choices: Choices | None = None) -> str:
     """What a typed argument takes for the caller's `phrase`: the words themselves for a day or a time
-    (the tools resolve them), the service's own name for a service (an enum)."""
-    return str(value_of(phrase, kind, today)) if kind == "service" else phrase
+    (the tools resolve them), the value itself for a choice (an enum)."""
+    return str(value_of(phrase, kind, today, choices)) if kind == "choice" else phrase
 
 
-def is_phrase(value: str, kind: str, today: dt.date) -> bool:
+def is_phrase(value: str, kind: str, today: dt.date, choices: Choices | None = None) -> bool:
     """`value` as a whole is a phrase of `kind` (kinds without a finder: always)."""
     if kind not in PHRASE_KINDS:
         return True
@@ -190,33 +214,34 @@ def is_phrase(value: str, kind: str, today: dt.date) -> bool:
             return bool(parse_day(value, today))
         except ValueError:
             return False
-    if kind == "service":
+    if kind == "choice":
         try:
-            return bool(parse_service(value))
+            return bool(parse_choice(value, choices))
         except ValueError:
             return False
     words = _words(value)
     return bool(words) and (is_day_phrase(words, today) if kind == "day" else is_time_phrase(words))
 
 
-def _newest_named(kind: str, user_turns: list[str], today: dt.date) -> list[tuple[str, bool]]:
+def _newest_named(kind: str, user_turns: list[str], today: dt.date,
+                  choices: Choices | None = None) -> list[tuple[str, bool]]:
     """(phrase, refused) of `kind` in the newest of `user_turns` that names any; [] when none does."""
     for text in reversed(user_turns):
-        if named := _phrases(text, kind, today):
+        if named := _phrases(text, kind, today, choices):
             return named
     return []
 
 
-def latest_said(kind: str, user_turns: list[str], today: dt.date) -> str | None:
+def latest_said(kind: str, user_turns: list[str], today: dt.date, choices: Choices | None = None) -> str | None:
     """The one phrase of `kind` in the newest of `user_turns` that names any, leaving out those the
     caller refused ("eleven, not ten" says eleven); None when none is left or two different values."""
-    found = [p for p, refused in _newest_named(kind, user_turns, today) if not refused]
+    found = [p for p, refused in _newest_named(kind, user_turns, today, choices) if not refused]
     if not found:
         return None
     values = set()
     for p in found:
         try:
-            values.add(value_of(p, kind, today))
+            values.add(value_of(p, kind, today, choices))
         except ValueError:
             return None
     return max(found, key=len) if len(values) == 1 else None
@@ -269,8 +294,7 @@ def said_name(user_turns: list[str]) -> str | None:
 def _name_after(words: list[str]) -> list[str]:
     name: list[str] = []
     for w in words:  # said_name has dropped the hesitations
-        if (len(name) == 3 or not w.isalpha() or w in _COMMON or w in _DAY_VOCAB or w in _TIME_VOCAB
-                or _SERVICE_RE.fullmatch(w)):
+        if len(name) == 3 or not w.isalpha() or w in _COMMON or w in _DAY_VOCAB or w in _TIME_VOCAB:
             break
         name.append(w)
     return name
@@ -317,8 +341,8 @@ def part_of_day(text: str, today: dt.date) -> str | None:
     return parts.pop() if len(parts) == 1 else None
 
 
-PHRASE_KINDS = ("day", "time", "service")
-CHOSEN_KINDS = ("service",)  # an enum choice: the caller's latest words decide it, whatever was said before
+PHRASE_KINDS = ("day", "time", "choice")
+CHOSEN_KINDS = ("choice",)  # an enum choice: the caller's latest words decide it, whatever was said before
 COPIED_KINDS = ("day", "time")  # a copy of what was said: the caller's own phrase of its kind
 
 

@@ -1,8 +1,12 @@
-"""Scenarios are data: prompts/<name>.yaml holds a system prompt, tool schemas, a greeting, a filler
-phrase and a default reasoning_effort. This module loads them and binds tool names to handlers.
+"""Scenario packs: a scenario is a folder of data plus a tool backend (docs/scenarios.md).
 
-    scenario = load_scenario("dental_receptionist")
-    handlers = scenario.bind_handlers(ClinicDB(path))   # {"book_appointment": fn(args) -> dict, ...}
+    scenarios/<name>/scenario.yaml   prompt, greeting, filler, facts, tools with argument kinds, ...
+    scenarios/<name>/backend.py      the tools (a `Backend` subclass), unless the YAML names a webhook
+    scenarios/<name>/callers/*.yaml  scripted callers for `voice-agent simulate`
+
+    scenario = load_scenario("dental_clinic")         # a shipped pack, a pack folder, or its YAML path
+    backend = scenario.open_backend(store, today)     # one per call: tools + setup() + snapshot()
+    handlers = scenario.bind_handlers(backend)        # {"book_appointment": fn(args) -> dict, ...}
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ import yaml
 
 from engine.grounding import GROUNDED_KEY
 from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
+from voice_agent.policy.calendar_words import Hours
+from voice_agent.policy.kinds import KINDS
 from voice_agent.said_phrases import PHRASE_KINDS
 
 _TODAY_RE = re.compile(r"\nToday is \w+, (\d{4}-\d{2}-\d{2})\.")
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+PACK_FILE = "scenario.yaml"
+DEFAULT_SCENARIO = "dental_clinic"
 
 ToolHandler = Callable[[dict], dict]
 
@@ -33,7 +41,7 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class CallPolicy:
-    """The scenario's rules for a call's turns (prompts/*.yaml), the same in every framework:
+    """The scenario's rules for a call's turns (scenario.yaml), the same in every framework:
     `ask` (argument -> the question to ask when nobody said it: brain/ask_guard.py), `instead` (tool ->
     {when_said: kind, call: other tool} or {after: tool, call: other tool}) and `intents` (tool -> the caller's phrases that ask for it),
     both read by brain/tool_choice.py."""
@@ -46,6 +54,8 @@ class CallPolicy:
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     greeting_reply: str = ""  # said to a caller who only greets (brain/greeting.py)
     goodbye_reply: str = ""  # said to a caller who only closes the call (brain/closing.py)
+    # enum value -> the caller's words for it, from the tools' `x-synonyms` ("a clean" is a cleaning)
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,10 @@ class Scenario:
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     greeting_reply: str = ""  # said to a caller who only greets ("Good morning."; brain/greeting.py)
     goodbye_reply: str = ""  # said to a caller who only closes ("that's all I needed"; brain/closing.py)
+    folder: Path | None = None        # the pack's folder: backend.py, callers/
+    backend: str | None = None        # "Class" in the pack's backend.py, "file.py:Class" or "package.module:Class"
+    webhook: dict | None = None       # {url, timeout_s, retries, headers}: tools over HTTP instead
+    hours: Hours | None = None        # opening hours: an hour said without am/pm is read inside them
 
     @property
     def policy(self) -> CallPolicy:
@@ -77,7 +91,20 @@ class Scenario:
         call applies to its turns."""
         return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents),
                           facts=dict(self.facts), fact_questions=dict(self.fact_questions),
-                          greeting_reply=self.greeting_reply, goodbye_reply=self.goodbye_reply)
+                          greeting_reply=self.greeting_reply, goodbye_reply=self.goodbye_reply,
+                          choices=choice_words(self.tools))
+
+    @property
+    def callers_dir(self) -> Path | None:
+        """The pack's scripted callers (`voice-agent simulate`), if it ships any."""
+        return self.folder / "callers" if self.folder and (self.folder / "callers").is_dir() else None
+
+    def open_backend(self, store: str | Path | None = None, today: dt.date | None = None) -> Any:
+        """A new backend for one call (voice_agent/packs): the pack's Python class on `store` (a folder;
+        unset: ~/.cache/voice-agent/stores/<name>), or its webhook."""
+        from voice_agent.packs.loading import open_backend
+
+        return open_backend(self, store, today)
 
     @property
     def tool_names(self) -> list[str]:
@@ -94,23 +121,13 @@ class Scenario:
         facts = "".join(f"\n{k.capitalize()}: {v}" for k, v in self.facts.items())
         return f"{self.system_prompt.rstrip()}{facts}\nToday is {today:%A}, {today.isoformat()}."
 
-    def bind_handlers(self, *backends: Any) -> dict[str, ToolHandler]:
-        """Map each tool name to the backend method of the same name.
+    def bind_handlers(self, backend: Any) -> dict[str, ToolHandler]:
+        """Each tool name -> a handler over the backend's method of that name (`open_backend`), made
+        total: bad arguments, a missing method or a failing tool answer with an error the agent can
+        say, rather than the call crashing (voice_agent/packs/backend.py)."""
+        from voice_agent.packs.backend import bind_tools
 
-        A backend is any object with methods named like the tools (e.g. ClinicDB). A tool that no
-        backend implements gets a handler that answers with a clear error, so the model hears
-        "not available" rather than the call crashing.
-        """
-        bound: dict[str, ToolHandler] = {}
-        for name in self.tool_names:
-            for backend in backends:
-                fn = getattr(backend, name, None)
-                if callable(fn):
-                    bound[name] = fn
-                    break
-            else:
-                bound[name] = _unavailable(name)
-        return bound
+        return bind_tools(backend, self.tools)
 
 
 def today_of(messages: list[dict]) -> dt.date:
@@ -123,27 +140,32 @@ def today_of(messages: list[dict]) -> dt.date:
     return dt.date.today()
 
 
-def _unavailable(name: str) -> ToolHandler:
-    def handler(_args: dict) -> dict:
-        return {"error": f"The tool {name} is not available right now."}
-
-    return handler
+def list_scenarios(scenarios_dir: Path = SCENARIOS_DIR) -> list[str]:
+    """The packs shipped in `scenarios_dir`: its folders that hold a scenario.yaml."""
+    return sorted(p.parent.name for p in scenarios_dir.glob(f"*/{PACK_FILE}"))
 
 
-def list_scenarios(prompts_dir: Path = PROMPTS_DIR) -> list[str]:
-    return sorted(p.stem for p in prompts_dir.glob("*.yaml"))
+def scenario_path(name_or_path: str | Path, scenarios_dir: Path = SCENARIOS_DIR) -> Path:
+    """The YAML of a pack given by name (scenarios/<name>/), by folder, or by its YAML file."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path / PACK_FILE
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    return scenarios_dir / str(name_or_path) / PACK_FILE
 
 
-def load_scenario(name_or_path: str | Path, prompts_dir: Path = PROMPTS_DIR) -> Scenario:
-    """Load a scenario by name (prompts/<name>.yaml) or from a YAML file path."""
-    path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml"):
-        path = prompts_dir / f"{name_or_path}.yaml"
+def load_scenario(name_or_path: str | Path, scenarios_dir: Path = SCENARIOS_DIR) -> Scenario:
+    """Load a scenario pack by name (scenarios/<name>/), by folder, or from its YAML file's path."""
+    path = scenario_path(name_or_path, scenarios_dir)
     if not path.is_file():
-        known = ", ".join(list_scenarios(prompts_dir)) or "none"
-        raise ScenarioError(f"unknown scenario {str(name_or_path)!r}; known scenarios: {known}")
+        known = ", ".join(list_scenarios(scenarios_dir)) or "none"
+        raise ScenarioError(f"unknown scenario {str(name_or_path)!r}: no {path}; shipped scenarios: {known} "
+                            f"(or give a pack folder, or its {PACK_FILE})")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read it ({e})") from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML: {e}") from None
     return parse_scenario(data, source=path)
@@ -166,8 +188,25 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
     known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead",
-             "intents", "fact_questions", "greeting_reply", "goodbye_reply"}
+             "intents", "fact_questions", "greeting_reply", "goodbye_reply", "backend", "webhook", "opening_hours"}
     tools = _parse_tools(data.get("tools") or [], where)
+    backend, webhook = data.get("backend"), data.get("webhook")
+    if backend is not None and (not isinstance(backend, str) or not backend.strip()):
+        raise ScenarioError(f"{where}: 'backend' must name a class: Class (in the pack's backend.py), "
+                            "file.py:Class or package.module:Class")
+    if backend is not None and webhook is not None:
+        raise ScenarioError(f"{where}: give 'backend' or 'webhook', not both")
+    if webhook is not None:
+        webhook = {"url": webhook} if isinstance(webhook, str) else webhook
+        if not isinstance(webhook, dict) or not str(webhook.get("url", "")).startswith(("http://", "https://")):
+            raise ScenarioError(f"{where}: 'webhook' must be a URL or {{url: http..., timeout_s, retries, headers}}")
+        unknown = set(webhook) - {"url", "timeout_s", "retries", "headers"}
+        if unknown:
+            raise ScenarioError(f"{where}: webhook: unknown key(s) {', '.join(sorted(unknown))}")
+    try:
+        hours = Hours.of(data["opening_hours"]) if data.get("opening_hours") is not None else None
+    except ValueError as e:
+        raise ScenarioError(f"{where}: opening_hours: {e}") from None
     return Scenario(
         name=name,
         description=data.get("description") or "",
@@ -184,6 +223,10 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         instead=_parse_instead(data.get("instead"), tools, where),
         intents=_parse_intents(data.get("intents"), tools, where),
         fact_questions=_parse_fact_questions(data.get("fact_questions"), data.get("facts"), where),
+        folder=source.parent if source else None,
+        backend=backend.strip() if backend else None,
+        webhook=webhook,
+        hours=hours,
     )
 
 
@@ -284,6 +327,50 @@ def ask_question(ask: dict[str, str], tool: str, argument: str) -> str | None:
     return ask.get(f"{tool}.{argument}") or ask.get(argument)
 
 
+KIND_KEY = "x-kind"          # what an argument holds: voice_agent/policy/kinds.py
+SYNONYMS_KEY = "x-synonyms"  # enum value -> the caller's words for it
+# The guards' phrase kind of each argument kind (engine/grounding.py's `x-grounded`): a date or a time
+# is the caller's own phrase of that kind, a name a copy of their words, an enum their latest choice.
+GROUNDED_BY_KIND = {"date": "day", "time": "time", "person_name": True, "enum": "choice"}
+
+
+def _check_kind(spec: dict, at: str) -> None:
+    kind = spec.get(KIND_KEY)
+    if kind is not None and kind not in KINDS:
+        raise ScenarioError(f"{at}: {KIND_KEY} must be one of {', '.join(KINDS)}; got {kind!r}")
+    if kind == "enum" and not isinstance(spec.get("enum"), list):
+        raise ScenarioError(f"{at}: {KIND_KEY}: enum needs the schema's 'enum' list of values")
+    synonyms = spec.get(SYNONYMS_KEY)
+    if synonyms is None:
+        return
+    values = set(spec.get("enum") or [])
+    if not isinstance(synonyms, dict) or not all(
+            k in values and isinstance(v, list) and all(isinstance(w, str) and w.strip() for w in v)
+            for k, v in synonyms.items()):
+        raise ScenarioError(f"{at}: {SYNONYMS_KEY} must map values of the 'enum' list to lists of the caller's words")
+
+
+def choice_words(tools: list[dict]) -> dict[str, tuple[str, ...]]:
+    """Every enum value that a caller chooses (`x-grounded: choice`) -> its words: the value itself and
+    its `x-synonyms`, over all the tools."""
+    out: dict[str, tuple[str, ...]] = {}
+    for t in tools:
+        for spec in (t["function"].get("parameters", {}).get("properties") or {}).values():
+            if isinstance(spec, dict) and spec.get(GROUNDED_KEY) == "choice":
+                for value in spec.get("enum") or []:
+                    words = (str(value), *(spec.get(SYNONYMS_KEY) or {}).get(value, ()))
+                    out[str(value)] = tuple(dict.fromkeys((*out.get(str(value), ()), *words)))
+    return out
+
+
+def argument_choices(tools: list[dict], tool: str, argument: str) -> dict[str, tuple[str, ...]]:
+    """The choices of one enum argument: value -> its words (the value and its `x-synonyms`)."""
+    fn = next((t["function"] for t in tools if t["function"]["name"] == tool), None)
+    spec = ((fn or {}).get("parameters", {}).get("properties") or {}).get(argument) or {}
+    synonyms = spec.get(SYNONYMS_KEY) or {}
+    return {str(v): (str(v), *synonyms.get(v, ())) for v in spec.get("enum") or []}
+
+
 def _parse_tools(tools: Any, where: str) -> list[dict]:
     """Accept the simple form {name, description, parameters} or the OpenAI form; return OpenAI form."""
     if not isinstance(tools, list):
@@ -303,10 +390,16 @@ def _parse_tools(tools: Any, where: str) -> list[dict]:
         params = {"type": "object", "properties": params.get("properties") or {}, **{
             k: v for k, v in params.items() if k not in ("type", "properties")}}
         for key, spec in params["properties"].items():
-            mark = spec.get(GROUNDED_KEY) if isinstance(spec, dict) else None
+            at = f"{where}: tools[{i}] ({t['name']}).{key}"
+            if not isinstance(spec, dict):
+                raise ScenarioError(f"{at}: must be a JSON schema (a mapping)")
+            _check_kind(spec, at)
+            if GROUNDED_KEY not in spec and spec.get(KIND_KEY) in GROUNDED_BY_KIND:
+                spec[GROUNDED_KEY] = GROUNDED_BY_KIND[spec[KIND_KEY]]
+            mark = spec.get(GROUNDED_KEY)
             if mark is not None and mark is not True and mark not in PHRASE_KINDS:
-                raise ScenarioError(f"{where}: tools[{i}] ({t['name']}).{key}: {GROUNDED_KEY} must be true or one "
-                                    f"of {', '.join(PHRASE_KINDS)}; got {mark!r}")
+                raise ScenarioError(f"{at}: {GROUNDED_KEY} must be true or one of {', '.join(PHRASE_KINDS)}; "
+                                    f"got {mark!r}")
         out.append({"type": "function", "function": {
             "name": t["name"], "description": t.get("description") or "", "parameters": params}})
     return out

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import yaml
 
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+# Samples written before scenario packs name the dental pack by its old id.
+_RENAMED = {"dental_receptionist": "dental_clinic"}
 TODAY = dt.date(2026, 11, 30)
 
 FIRST = ["Maria", "James", "Aisha", "Tom", "Priya", "Daniel", "Sofia", "Wei", "Olga", "Carlos", "Emma",
@@ -50,7 +52,7 @@ class Sample:
 
 
 def load_scenario_tools(name: str) -> tuple[str, list[dict]]:
-    data = yaml.safe_load((PROMPTS_DIR / f"{name}.yaml").read_text())
+    data = yaml.safe_load((SCENARIOS_DIR / _RENAMED.get(name, name) / "scenario.yaml").read_text())
     tools = [{"type": "function", "function": t} for t in data["tools"]]
     return data["system_prompt"].strip(), tools
 
@@ -142,7 +144,7 @@ CHAT_TURNS = {
 
 def build_samples(n: int, seed: int = 0) -> list[Sample]:
     rng = random.Random(seed)
-    dental_sys, dental_tools = load_scenario_tools("dental_receptionist")
+    dental_sys, dental_tools = load_scenario_tools("dental_clinic")
     out: list[Sample] = []
     for i in range(n):
         r = rng.random()
@@ -155,13 +157,13 @@ def build_samples(n: int, seed: int = 0) -> list[Sample]:
                 msgs += [{"role": "user", "content": rng.choice(CHAT_TURNS["greeting"][0])},
                          {"role": "assistant", "content": "Hi, thanks for calling Bright Smile Dental. How can I help?"}]
             msgs.append({"role": "user", "content": user})
-            out.append(Sample(f"s{i}", cat, msgs, "dental_receptionist", note if think else None, call))
+            out.append(Sample(f"s{i}", cat, msgs, "dental_clinic", note if think else None, call))
             continue
         cat = rng.choice(list(CHAT_TURNS))
         user = rng.choice(CHAT_TURNS[cat][0])
         if rng.random() < 0.55:
             msgs = [{"role": "system", "content": dental_sys}]
-            scen = "dental_receptionist"
+            scen = "dental_clinic"
         else:
             msgs = [{"role": "system", "content": rng.choice(PERSONAS)}]
             scen = None

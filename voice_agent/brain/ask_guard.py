@@ -15,10 +15,10 @@ their latest words that name one (voice_agent/said_phrases.py); only when there 
 different ones, is the question asked; a phrase the caller refused ("eleven, not ten") does not
 count as said, and a day or time that was said but is not the one the caller's newest words name
 ("noon would be great", booked at 12:30 read from the tool's free times: seed-1 gen_005) takes
-theirs. A service (`x-grounded: service`) is a choice from an enum,
-not a copy: when the caller's latest words that name a service name another one, theirs is taken;
-when the caller never named one and the `ask` block has a question for it, that is asked (a booking
-that left the service out was booked as a checkup).
+theirs. An enum (`x-kind: enum`, `x-grounded: choice`) is a choice,
+not a copy: when the caller's latest words that name a value name another one, theirs is taken;
+when the caller never named one and the `ask` block has a question for it, that is asked (a dental
+booking that left the service out was booked as a checkup).
 A copied name loses the hesitations ASR wrote into it ("karin um das"); one that is only a
 hesitation, a day or a time, or only day words ("december of december"), is no name. A name argument (`name` or `*_name`) the caller never said, or
 no name, takes the name the caller gave ("the name is karin das", said_phrases.said_name) and is
@@ -50,6 +50,7 @@ from voice_agent.said_phrases import (
     COPIED_KINDS,
     HESITATIONS,
     PHRASE_KINDS,
+    Choices,
     as_argument,
     caller_turns,
     is_phrase,
@@ -60,7 +61,7 @@ from voice_agent.said_phrases import (
     said_name,
     value_of,
 )
-from voice_agent.scenarios import ask_question, today_of
+from voice_agent.scenarios import argument_choices, ask_question, today_of
 
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
@@ -86,8 +87,8 @@ class Mended:
 
 def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                 ask: dict[str, str]) -> tuple[list[Mended], Unsaid | None]:
-    """Mend, in place, each typed grounded argument (`x-grounded: day|time|service`) that is not the
-    caller's phrase of its kind (for a service: not their latest choice), when the caller's latest
+    """Mend, in place, each typed grounded argument (`x-grounded: day|time|choice`) that is not the
+    caller's phrase of its kind (for a choice: not their latest), when the caller's latest
     words of that kind name one (said_phrases.py), and drop hesitations from copied names; then
     return the first grounded argument with a question in `ask` (`argument` or `tool.argument`)
     whose value nobody said, if any."""
@@ -101,6 +102,7 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
     for fn, args, kinds in grounded_arguments(calls, tools):
         changed = False
         for key, kind in kinds.items():
+            ch = argument_choices(tools, fn["name"], key) if kind in CHOSEN_KINDS else None
             question = ask_question(ask, fn["name"], key)
             asked_choice = kind in CHOSEN_KINDS and question is not None  # asked for even when left out
             if (key not in args and not asked_choice) or (question is None and kind not in PHRASE_KINDS):
@@ -112,10 +114,10 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                 changed = True
             given = said_name(users) if kind == "text" and NAME_ARGUMENT.search(key) else None
             if kind in CHOSEN_KINDS:  # a choice, not a copy: what the caller's latest words chose wins
-                said = latest_said(kind, users, today)
+                said = latest_said(kind, users, today, ch)
                 if said is None and asked_choice:  # the caller never chose: ask, as the policy does
                     return mended, Unsaid(fn["name"], key, _written(value), question)
-                if said is None or _same(value, said, kind, today):
+                if said is None or _same(value, said, kind, today, ch):
                     continue
             elif (isinstance(value, str) and _was_said(value, sources, heard) and is_phrase(value, kind, today)
                   and not (kind == "text" and _no_name(value, today)) and not _refused(value, kind, users, today)):
@@ -130,9 +132,9 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
                 else:
                     said = given
             else:
-                said = latest_said(kind, users, today) if kind in PHRASE_KINDS else given
+                said = latest_said(kind, users, today, ch) if kind in PHRASE_KINDS else given
             if said is not None:
-                taken = as_argument(said, kind, today)
+                taken = as_argument(said, kind, today, ch)
                 mended.append(Mended(fn["name"], key, _written(value), taken))
                 args[key], changed = taken, True
             elif question is not None:
@@ -269,10 +271,10 @@ def _no_name(value: str, today: dt.date) -> bool:
             or only_common_words(value))
 
 
-def _same(value: object, said: str, kind: str, today: dt.date) -> bool:
+def _same(value: object, said: str, kind: str, today: dt.date, choices: Choices | None = None) -> bool:
     """`value` means what the caller's phrase `said` means."""
     try:
-        return isinstance(value, str) and value_of(value, kind, today) == value_of(said, kind, today)
+        return isinstance(value, str) and value_of(value, kind, today, choices) == value_of(said, kind, today, choices)
     except ValueError:
         return False
 

@@ -105,7 +105,7 @@ class Brain(ABC):
                             else:
                                 discarded = ev.result.metrics  # the decode the second attempt replaces
                             continue
-                        yield ev
+                        yield _noted(ev, chosen)
                 if instead is not None:
                     async for ev in self._made_instead(msgs, params, instead, discarded or {}):
                         yield ev
@@ -139,7 +139,7 @@ class Brain(ABC):
                     for asked in ask_instead(ev.result, params.get("tools"), msgs, self.policy.ask):
                         yield _noted(asked, {"instead": tool, **cost})
                     continue
-                yield ev
+                yield _noted(ev, {"instead": tool, **cost})
 
     def _scripted(self, msgs: list[dict]) -> tuple[str, dict] | None:
         """A turn the scenario answers in its own words: a greeting only (brain/greeting.py), a

@@ -66,7 +66,7 @@ from voice_agent.said_phrases import (
     said_name,
     value_of,
 )
-from voice_agent.scenarios import CallPolicy, today_of
+from voice_agent.scenarios import SYNONYMS_KEY, CallPolicy, today_of
 
 
 def named(tool: str) -> dict:
@@ -164,7 +164,7 @@ def search_due(messages: list[dict], policy: CallPolicy) -> str | None:
             continue
         if latest_said("day", users[-1:], today) is None or phrases_in(users[-1], rule["when_said"], today):
             continue
-        began = _booking_began(users, policy.intents, today)
+        began = _booking_began(users, policy, today)
         if began is None or _succeeded(messages, rule["call"]):
             continue
         if latest_said(rule["when_said"], users[began:], today) is not None:
@@ -222,7 +222,7 @@ def booking_due(messages: list[dict], policy: CallPolicy) -> str | None:
         kind = rule.get("when_said")
         if kind is None or latest_said(kind, users[-1:], today) is None or phrases_in(users[-1], "day", today):
             continue
-        began = _booking_began(users, policy.intents, today)
+        began = _booking_began(users, policy, today)
         if began is not None and not _succeeded(messages, rule["call"]) and phrases_in(
                 " ".join(users[began:]), "day", today):
             return rule["call"]
@@ -257,7 +257,7 @@ def day_and_time_due(messages: list[dict], policy: CallPolicy) -> str | None:
         kind = rule.get("when_said")
         if kind is None or latest_said(kind, users[-1:], today) is None:
             continue
-        if _booking_began(users, policy.intents, today) is not None and not _succeeded(messages, rule["call"]):
+        if _booking_began(users, policy, today) is not None and not _succeeded(messages, rule["call"]):
             return rule["call"]
     return None
 
@@ -275,7 +275,7 @@ def correction_due(messages: list[dict], policy: CallPolicy) -> str | None:
     latest = users[-1]
     if not any(phrases_in(latest, kind, today) for kind in COPIED_KINDS):
         return None
-    if phrases_in(latest, "service", today) or said_intents(latest, policy.intents):
+    if phrases_in(latest, "choice", today, policy.choices) or said_intents(latest, policy.intents):
         return None
     newest = _newest_result(messages)
     for rule in policy.instead.values():
@@ -296,14 +296,15 @@ def _newest_result(messages: list[dict]) -> tuple[str, dict] | None:
     return None
 
 
-def _booking_began(users: list[str], intents: dict[str, tuple[str, ...]], today) -> int | None:
+def _booking_began(users: list[str], policy: CallPolicy, today) -> int | None:
     """Where the booking the caller is making began: the newest caller turn that names a service or
     an intent must name a service and no intent ("push my checkup to thursday" is a move, "a filling
     on the 9th" a booking; None otherwise), and the booking began with the first turn after the
     last one that named an intent (0 when none did): "set up an appointment twelve in the afternoon"
     - "a filling please" - "december 3rd" books at noon (seed-2 gen_047 read free times instead)."""
     for i in range(len(users) - 1, -1, -1):
-        named, service = said_intents(users[i], intents), phrases_in(users[i], "service", today)
+        intents = policy.intents
+        named, service = said_intents(users[i], intents), phrases_in(users[i], "choice", today, policy.choices)
         if named or service:
             if not service or named:
                 return None
@@ -377,13 +378,15 @@ def _names_its_kind(argument: str, param: dict, messages: list[dict]) -> bool:
     if kind is True and NAME_ARGUMENT.search(argument):  # "Sure, I can move that. Can I have your full name?"
         latest = messages[-1].get("content")             # - "it's for karin santos" (dental_heldout gen_023)
         return isinstance(latest, str) and said_name([latest]) is not None
-    return kind in PHRASE_KINDS and _latest_names(kind, messages)
+    spec = (param.get("properties") or {}).get(argument) or {}
+    choices = {str(v): (str(v), *(spec.get(SYNONYMS_KEY) or {}).get(v, ())) for v in spec.get("enum") or []}
+    return kind in PHRASE_KINDS and _latest_names(kind, messages, choices)
 
 
-def _latest_names(kind: str, messages: list[dict]) -> bool:
+def _latest_names(kind: str, messages: list[dict], choices: dict | None = None) -> bool:
     """The caller's latest words name a phrase of `kind` (said_phrases.py)."""
     latest = messages[-1].get("content")
-    return isinstance(latest, str) and bool(phrases_in(latest, kind, today_of(messages)))
+    return isinstance(latest, str) and bool(phrases_in(latest, kind, today_of(messages), choices))
 
 
 def _only_taker(argument: str, params: dict[str, dict], messages: list[dict]) -> str | None:

@@ -1,8 +1,8 @@
 """Run a LiveKit Agents worker. Every room it is dispatched to (SIP phone calls land in rooms)
 gets an AgentSession with the in-process diffusion engine as its LLM (EngineLLM), faster-whisper
 STT, hibari TTS, Silero VAD and LiveKit's turn detector pinned to its offline "v1-mini" model.
-The agent is a scenario from prompts/ (default: the dental receptionist, whose tools run on the
-clinic's SQLite database). A job's dispatch metadata may set {"reasoning_effort": "..."} per call.
+The agent is a scenario pack (--scenario; default: the dental clinic, whose tools run on the
+clinic's SQLite diary). A job's dispatch metadata may set {"reasoning_effort": "..."} per call.
 
 With --llm-url the calls' turns go to an OpenAI-compatible server instead (no engine is loaded).
 Needs a reachable LiveKit server: without one it exits with an error message.
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-secret", default=os.environ.get("LIVEKIT_API_SECRET", ""),
                         help="env LIVEKIT_API_SECRET")
     # engine threads keep this command's older flag name, --threads
-    add_flags(parser, ("scenario", *LLM_FLAGS, "stt_model", "db_path"), flags={"engine_threads": "--threads"})
+    add_flags(parser, ("scenario", *LLM_FLAGS, "stt_model", "store"), flags={"engine_threads": "--threads"})
     parser.add_argument("--agent-name", default=os.environ.get("LIVEKIT_AGENT_NAME", ""),
                         help="register for explicit dispatch under this name (SIP dispatch rules)")
     parser.add_argument("--max-calls", type=int, default=4, help="concurrent rooms this worker takes")

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from voice_agent.pipeline import clinic_db, load_engine
+    from voice_agent.pipeline import load_engine
     from voice_agent.scenarios import ScenarioError, load_scenario
     from voice_agent.transports.phone import PhoneServer, create_app
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.services.tts import load_hibari
 
     load_whisper(str(whisper_model_path(options.stt_model)), options.stt_threads)
-    clinic_db(options.db_path)
+    scenario.open_backend(options.store).close()  # the store is made (and seeded) before the first caller
     if options.tts == "hibari":
         load_hibari()
     app = create_app(PhoneServer(engine=engine, scenario=scenario, options=options, provider=args.provider))

@@ -1,14 +1,15 @@
 """Run scripted callers (text, no audio) through the live call's turn logic - the same engine
-service, tool loop, filler rule and speakable filter - each on a fresh clinic database, and grade
-every call by the database's final state, the tools it used, what it said and whether every reply
-can be spoken.
+service, tool loop, filler rule and speakable filter - each on a fresh backend of the scenario pack,
+and grade every call by the state its backend is left in (`snapshot()`), the tools it used, what it
+said and whether every reply can be spoken.
 
-CALLS.yaml holds `scenario`, `today` and `calls` (each: id, optional db {empty, appointments},
-caller lines, expect {appointments, tool_calls, no_tool_calls, must_say, must_not_say}); see
-voice_agent/simulate/callfile.py. Prints a pass/fail table per call and writes DIR/simulate.json.
-With --json the last stdout line is one JSON object: calls, task_success_rate, answered_rate,
-clean_reply_rate, tool_error_rate, ttfat_ms_p50, ttfat_ms_p95, tokens_per_forward (decoded_tokens
-over forward_passes, both given), first_answer_ms_p50/p95, per_call.
+CALLS.yaml holds `scenario`, `today` and `calls` (each: id, optional setup, caller lines, expect
+{state, tool_calls, no_tool_calls, must_say, must_not_say}); see voice_agent/simulate/callfile.py.
+Prints a pass/fail table per call, writes DIR/simulate.json and, for each failed call, a readable
+DIR/failed/<id>.txt. With --json the last stdout line is one JSON object: calls, task_success_rate,
+answered_rate, clean_reply_rate, tool_error_rate, tool_errors, policy_share, model_share,
+ttfat_ms_p50, ttfat_ms_p95, tokens_per_forward (decoded_tokens over forward_passes, both given),
+first_answer_ms_p50/p95, per_call.
 
 Exit status: 0 when every call succeeds, 1 when some fail, 2 for a call file that cannot be read
 or parsed (or names an unknown scenario or tool).
@@ -29,8 +30,11 @@ DEFAULT_OUT = "simulate_out"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("calls", metavar="CALLS.yaml", help="the call file")
     add_flags(parser, ("reasoning_effort",))
-    parser.add_argument("--scenario", default=None, help="scenario name in prompts/ or a YAML path; overrides the call file's")
-    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for simulate.json")
+    parser.add_argument("--scenario", default=None, metavar="NAME|PATH",
+                        help="scenario pack (a name in scenarios/, a pack folder or its scenario.yaml); "
+                             "overrides the call file's")
+    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                        help="folder for simulate.json and failed/<id>.txt (a readable transcript per failed call)")
     parser.add_argument("--json", action="store_true", help="end stdout with the summary as one JSON line")
     # engine threads keep this command's older flag name, --threads
     add_flags(parser, ("model", "precision", "engine_threads"), flags={"engine_threads": "--threads"})

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from voice_agent.scenarios import ask_question, load_scenario
 
-_SCENARIO_ASK = load_scenario("dental_receptionist").ask  # one home: the agent asks in the same words
+_SCENARIO_ASK = load_scenario("dental_clinic").ask  # one home: the agent asks in the same words
 INTENT_TOOL = {"book": "book_appointment", "move": "move_appointment", "cancel": "cancel_appointment",
                "lookup": "lookup_patient"}
 ASK = {

@@ -12,8 +12,9 @@ by file name (the name, the stem, or a glob such as "booking_*.wav"; "*" applies
         must_say: ["Tuesday"]               # phrases the bot must say (case and punctuation ignored)
         must_not_say: ["as an AI"]          # phrases it must never say
         max_p95_e2e_ms: 2500                # optional latency bound for this call
-        appointments:                       # each patient's upcoming bookings after the call, exactly
-          "Jordan Lee": [{date: "2026-12-08", time: "10:00", service: cleaning}]   # [] = none
+        state:                              # a subset of the backend's snapshot() after the call
+          appointments:                     # (packs/state_match.py; the dental pack's `appointments:` is sugar for this)
+            "Jordan Lee": [{date: "2026-12-08", time: "10:00", service: cleaning}]   # [] = none
 
 A sample call's metadata JSON can carry the same block under "expect".
 """
@@ -26,7 +27,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-KNOWN_KEYS = {"tool_calls", "no_tool_calls", "must_say", "must_not_say", "max_p95_e2e_ms", "appointments"}
+from voice_agent.packs.state_match import state_mismatches
+
+KNOWN_KEYS = {"tool_calls", "no_tool_calls", "must_say", "must_not_say", "max_p95_e2e_ms", "state", "appointments"}
 
 
 class ExpectationsError(ValueError):
@@ -118,14 +121,13 @@ def check_call(call: dict, exp: dict) -> dict:
         ok = _norm(phrase) not in said
         checks.append({"check": "bot never says", "expected": phrase, "actual": "not said" if ok else "said",
                        "passed": ok})
-    for name, want in (exp.get("appointments") or {}).items():
-        have = [a for a in call.get("appointments", []) if _norm(a["patient_name"]) == _norm(name)]
-        ok = len(have) == len(want) and all(
-            all(str(h.get(k)) == str(v) for k, v in w.items()) for w, h in zip(
-                sorted(want, key=lambda x: (x["date"], x["time"])), sorted(have, key=lambda x: (x["date"], x["time"])),
-                strict=True))
-        checks.append({"check": "bookings of", "expected": f"{name}: {_bookings(want)}",
-                       "actual": _bookings(have), "passed": ok})
+    state = dict(exp.get("state") or {})
+    if exp.get("appointments") is not None:  # the dental pack's sugar for state: appointments:
+        state["appointments"] = exp["appointments"]
+    if state:
+        why = state_mismatches(state, call["state"]) if call.get("state") is not None else ["no state was read back"]
+        checks.append({"check": "state after the call", "expected": json.dumps(state, ensure_ascii=False),
+                       "actual": "; ".join(why) or "matches", "passed": not why})
     if exp.get("max_p95_e2e_ms") is not None:
         from voice_agent.latency.metrics import distribution
 
@@ -134,11 +136,6 @@ def check_call(call: dict, exp: dict) -> dict:
         checks.append({"check": "p95 e2e_ms at most", "expected": limit, "actual": p95,
                        "passed": p95 is not None and p95 <= limit})
     return {"passed": all(c["passed"] for c in checks), "checks": checks}
-
-
-def _bookings(rows: list[dict]) -> str:
-    return ", ".join(f"{r['date']} {r['time']}" + (f" {r['service']}" if r.get("service") else "") for r in rows) \
-        or "none"
 
 
 def _spec_text(spec: dict) -> str:

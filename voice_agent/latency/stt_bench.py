@@ -7,7 +7,7 @@ The utterances are every caller line the project's calls carry, spoken by the re
 - the shipped sample call (samples/dental_booking_call.wav, cut at its metadata's line times);
 - the lines the tests speak (tests/test_replay.py, test_phone.py, test_livekit_audio.py), through
   the same phone codec (8 kHz mu-law) where the test uses one;
-- the hand-written callers of samples/callers/dental_handwritten.yaml, phone band.
+- the hand-written callers of scenarios/dental_clinic/callers/handwritten.yaml, phone band.
 Each is framed as the pipeline frames a segment: pre-roll silence before it, the VAD's wait and
 Pipecat's trailing pad after it.
 """
@@ -77,7 +77,7 @@ def corpus() -> list[Utterance]:
     tts = load_hibari()
     for i, (text, phone) in enumerate(TEST_LINES):
         out.append(Utterance("tests", text, _frame(_tts_16k(tts, text, 1000 + i, phone))))
-    calls = yaml.safe_load((SAMPLES / "callers" / "dental_handwritten.yaml").read_text(encoding="utf-8"))["calls"]
+    calls = yaml.safe_load((SAMPLES.parent / "scenarios" / "dental_clinic" / "callers" / "handwritten.yaml").read_text(encoding="utf-8"))["calls"]
     lines = [t for c in calls for t in c["caller"]]
     for i, text in enumerate(lines):
         out.append(Utterance("handwritten", text, _frame(_tts_16k(tts, text, i, True))))

@@ -1,13 +1,12 @@
-"""`ScenarioAgent`: a LiveKit `Agent` built from a scenario (prompts/<name>.yaml).
+"""`ScenarioAgent`: a LiveKit `Agent` built from a scenario pack (scenarios/<name>/).
 
 Its instructions are the scenario's system prompt (with today's date), and its tools are the
-scenario's tool schemas, as `@function_tool(raw_schema=...)` tools bound to the scenario's handlers
-(for the dental receptionist: the SQLite store in clinic_db.py). The schemas stay data: nothing
-about a tool is restated in code. While a tool runs longer than `filler_delay`, the scenario's
-filler phrase is spoken (LiveKit's `RunContext.with_filler`).
+scenario's tool schemas, as `@function_tool(raw_schema=...)` tools bound to the handlers of the
+pack's backend. The schemas stay data: nothing about a tool is restated in code. While a tool runs
+longer than `filler_delay`, the scenario's filler phrase is spoken (LiveKit's `RunContext.with_filler`).
 
-    db = ClinicDB()
-    agent = ScenarioAgent(load_scenario("dental_receptionist"), handlers=db.handlers())
+    scenario = load_scenario("dental_clinic")
+    agent = ScenarioAgent(scenario, handlers=scenario.bind_handlers(scenario.open_backend()))
 """
 
 from __future__ import annotations

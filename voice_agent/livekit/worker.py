@@ -5,7 +5,7 @@ trunk puts each phone call in a room) gets one `AgentSession`:
 
     AgentSession(stt=WhisperSTT(), llm=EngineLLM(engine), tts=HibariTTS(), vad=silero.VAD,
                  turn_handling={turn_detection: TurnDetector(version="v1-mini"), interruption: vad})
-    agent = ScenarioAgent(scenario, handlers)   # prompts/<scenario>.yaml + the SQLite store
+    agent = ScenarioAgent(scenario, handlers)   # scenarios/<name>/ + its backend's store
 
 Choices that matter here:
 - Jobs run as threads of this process (`JobExecutorType.THREAD`), not one process per call, so
@@ -32,7 +32,6 @@ from livekit.agents import AgentServer, AgentSession, JobContext, JobExecutorTyp
 from livekit.plugins import silero
 
 from voice_agent.brain import make_brain
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.config import EFFORT_NAMES, CallOptions
 from voice_agent.livekit.agent import ScenarioAgent
 from voice_agent.livekit.connect import LiveKitUnreachable, check_reachable, require
@@ -83,8 +82,8 @@ class CallFactory:
             self.engine = self._engine or shared_engine(self.cfg.model, precision=self.cfg.precision,
                                                         threads=self.cfg.engine_threads)
         self.vad = silero.VAD.load()
-        self.db = ClinicDB(self.cfg.db_path)
-        self.handlers = self.scenario.bind_handlers(self.db)
+        self.backend = self.scenario.open_backend(self.cfg.store)
+        self.handlers = self.scenario.bind_handlers(self.backend)
         WhisperSTT(self.cfg.stt_model)
         HibariTTS()  # loads and warms the shared voice
         self._loaded = True

@@ -1,5 +1,5 @@
 """A call file, end to end: check it against the scenario, run every call, grade, summarize, write
-DIR/simulate.json."""
+DIR/simulate.json and DIR/failed/<id>.txt (a readable transcript of each failed call)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from voice_agent.scenarios import Scenario, load_scenario
+from voice_agent.scenarios import DEFAULT_SCENARIO, PACK_FILE, Scenario, load_scenario
 from voice_agent.simulate.callfile import CallFile, CallFileError
 from voice_agent.simulate.grade import grade
+from voice_agent.simulate.readable import write_failed
 from voice_agent.simulate.runner import RunOptions, run_call
 from voice_agent.simulate.summary import summarize
 from voice_agent.simulate.transcript import CallRecord, TurnRecord
 
 
 def scenario_for(calls: CallFile, override: str | None = None) -> Scenario:
-    """The scenario to run (--scenario wins over the file's), with the file's tool names checked
-    against it: an expectation on a tool the scenario does not have is a mistake in the file."""
-    scenario = load_scenario(override or calls.scenario)
+    """The scenario to run: --scenario, else the file's `scenario:` (a name, or a pack folder relative
+    to the file), else the pack whose callers/ folder holds the file, else the default. The file's tool
+    names are checked against it: an expectation on a tool the scenario does not have is a mistake."""
+    scenario = load_scenario(override or _file_scenario(calls))
     known = set(scenario.tool_names)
     for call in calls.calls:
         named = [t["name"] for t in call.expect.tool_calls] + list(call.expect.no_tool_calls)
@@ -31,6 +33,16 @@ def scenario_for(calls: CallFile, override: str | None = None) -> Scenario:
                 raise CallFileError(f"{calls.source or 'call file'}: call {call.id!r}: unknown tool {name!r} "
                                     f"(scenario {scenario.name} has {', '.join(sorted(known))})")
     return scenario
+
+
+def _file_scenario(calls: CallFile) -> str:
+    here = calls.source.resolve().parent if calls.source else None
+    if calls.scenario:
+        beside = here / calls.scenario if here is not None else None
+        return str(beside) if beside is not None and (beside / PACK_FILE).is_file() else calls.scenario
+    if here is not None and here.name == "callers" and (here.parent / PACK_FILE).is_file():
+        return str(here.parent)
+    return DEFAULT_SCENARIO
 
 
 def simulate(calls: CallFile, scenario: Scenario, engine: Any, opts: RunOptions, out_dir: Path | None = None,
@@ -83,4 +95,5 @@ async def _simulate(calls: CallFile, scenario: Scenario, engine: Any, opts: RunO
                           for r, why, c in zip(records, reasons, calls.calls, strict=True)]}
         (out_dir / "simulate.json").write_text(json.dumps(full, indent=2, ensure_ascii=False, default=str) + "\n",
                                                encoding="utf-8")
+        write_failed(out_dir, list(zip(records, reasons, strict=True)), scenario.name)
     return summary

@@ -1,27 +1,32 @@
 """The call file of `voice-agent simulate`: scripted callers and what each call must achieve.
 
-    scenario: dental_receptionist      # optional (default dental_receptionist); --scenario overrides
-    today: 2026-12-01                  # the clinic's "today" for every call (default: the real today)
+    scenario: dental_clinic            # optional: a name, or a pack folder relative to this file (default:
+                                       # the pack whose callers/ holds the file, else dental_clinic)
+    today: 2026-12-01                  # the scenario's "today" for every call (default: the real today)
     calls:
       - id: book_cleaning              # unique
-        db:                            # optional; default: the scenario's seeded diary
-          empty: true                  # no random bookings (the seed patients stay registered)
-          appointments:                # bookings that exist before the call (patients are created)
+        setup:                         # optional: handed to the backend's setup() before the call
+          empty: true                  #   (what it takes is the pack's: see its backend.py)
+          appointments:
             - {patient_name: "Ana Ruiz", date: "2026-12-03", time: "09:00", service: checkup}
         caller:                        # what the caller says, one turn each, in order
           - "Hi, I'd like a cleaning next Tuesday at ten. I'm Jordan Lee."
         expect:                        # optional; every entry must hold
-          appointments:                # each named patient's upcoming bookings afterwards, exactly
-            "Jordan Lee": [{date: "2026-12-08", time: "10:00", service: cleaning}]
-            "Ana Ruiz": [{date: "2026-12-03", time: "09:00"}]     # service optional; [] = none
+          state:                       # a subset of the backend's snapshot() after the call
+            appointments:              #   (voice_agent/packs/state_match.py: lists match exactly)
+              "Jordan Lee": [{date: "2026-12-08", time: "10:00", service: cleaning}]
+              "Ana Ruiz": [{date: "2026-12-03", time: "09:00"}]     # [] = none
           tool_calls: [find_free_slots]          # or {name: book_appointment, arguments: {time: "10:00"}}
           no_tool_calls: [cancel_appointment]
           must_say: ["Tuesday"]                  # case and punctuation ignored
           must_not_say: ["as an AI"]
 
-Any other key, a missing `caller`, a date that is not YYYY-MM-DD on the calendar, a time that is
-not HH:MM, or an unknown service is a CallFileError whose message names the key and the call.
-YAML reads an unquoted 10:00 as the number 600 (base 60); such a number is taken as that time.
+The dental pack's older spelling is kept as sugar: `db:` is `setup:`, and `expect: appointments:`
+is `expect: state: appointments:` (dates YYYY-MM-DD, times HH:MM checked here).
+
+Any other key, a missing `caller`, a date that is not YYYY-MM-DD on the calendar or a time that is
+not HH:MM is a CallFileError whose message names the key and the call. A bare 10:00 stays the text
+"10:00" (YAML 1.1 would read it as the number 600).
 """
 
 from __future__ import annotations
@@ -34,14 +39,11 @@ from typing import Any
 
 import yaml
 
-from voice_agent.clinic_db import SERVICES
-
-DEFAULT_SCENARIO = "dental_receptionist"
 TOP_KEYS = ("scenario", "today", "calls")
-CALL_KEYS = ("id", "db", "caller", "expect")
+CALL_KEYS = ("id", "setup", "db", "caller", "expect")
 DB_KEYS = ("empty", "appointments")
 APPOINTMENT_KEYS = ("patient_name", "date", "time", "service")
-EXPECT_KEYS = ("appointments", "tool_calls", "no_tool_calls", "must_say", "must_not_say")
+EXPECT_KEYS = ("state", "appointments", "tool_calls", "no_tool_calls", "must_say", "must_not_say")
 EXPECTED_APPOINTMENT_KEYS = ("date", "time", "service")
 TOOL_CALL_KEYS = ("name", "arguments")
 
@@ -53,6 +55,9 @@ class _Loader(yaml.SafeLoader):
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+for _first in "0123456789":  # a clock time is text, not YAML 1.1's base-60 number (10:00 is not 600)
+    _Loader.yaml_implicit_resolvers[_first] = [
+        ("tag:yaml.org,2002:str", re.compile(r"^\d{1,2}:\d{2}$")), *_Loader.yaml_implicit_resolvers.get(_first, [])]
 
 
 class CallFileError(ValueError):
@@ -60,24 +65,8 @@ class CallFileError(ValueError):
 
 
 @dataclass(frozen=True)
-class Booking:
-    """A booking in the diary (before a call) or expected in it (after): HH:MM, YYYY-MM-DD."""
-
-    date: str
-    time: str
-    service: str | None = None       # None in an expectation: any service
-    patient_name: str = ""           # set for pre-existing bookings
-
-
-@dataclass(frozen=True)
-class DBSetup:
-    empty: bool = False
-    appointments: tuple[Booking, ...] = ()
-
-
-@dataclass(frozen=True)
 class Expect:
-    appointments: dict[str, tuple[Booking, ...]] = field(default_factory=dict)
+    state: dict = field(default_factory=dict)  # a subset of the backend's snapshot() (packs/state_match.py)
     tool_calls: tuple[dict, ...] = ()          # {"name": str, "arguments": dict}; arguments: a subset
     no_tool_calls: tuple[str, ...] = ()
     must_say: tuple[str, ...] = ()
@@ -88,13 +77,13 @@ class Expect:
 class Call:
     id: str
     caller: tuple[str, ...]
-    db: DBSetup | None = None                  # None: the scenario's seeded diary
+    setup: dict | None = None                  # None: the backend as it starts (the dental pack: a seeded diary)
     expect: Expect = field(default_factory=Expect)
 
 
 @dataclass(frozen=True)
 class CallFile:
-    scenario: str
+    scenario: str | None                       # None: the pack whose callers/ holds the file, else the default
     today: dt.date
     calls: tuple[Call, ...]
     source: Path | None = None
@@ -119,9 +108,9 @@ def parse_callfile(data: Any, source: Path | None = None) -> CallFile:
     if not isinstance(data, dict):
         raise CallFileError(f"{where}: must be a mapping with keys {', '.join(TOP_KEYS)}")
     _no_unknown(data, TOP_KEYS, f"{where}: top level")
-    scenario = data.get("scenario", DEFAULT_SCENARIO)
-    if not isinstance(scenario, str) or not scenario.strip():
-        raise CallFileError(f"{where}: 'scenario' must be a scenario name")
+    scenario = data.get("scenario")
+    if scenario is not None and (not isinstance(scenario, str) or not scenario.strip()):
+        raise CallFileError(f"{where}: 'scenario' must be a scenario name or a pack folder")
     today = _date(data["today"], f"{where}: 'today'") if "today" in data else dt.date.today()
     calls = data.get("calls")
     if not isinstance(calls, list) or not calls:
@@ -134,7 +123,7 @@ def parse_callfile(data: Any, source: Path | None = None) -> CallFile:
             raise CallFileError(f"{where}: call {call.id!r}: duplicate id")
         seen.add(call.id)
         parsed.append(call)
-    return CallFile(scenario=scenario.strip(), today=today, calls=tuple(parsed), source=source)
+    return CallFile(scenario=scenario.strip() if scenario else None, today=today, calls=tuple(parsed), source=source)
 
 
 def _call(c: Any, file: str, index: int) -> Call:
@@ -154,12 +143,17 @@ def _call(c: Any, file: str, index: int) -> Call:
     for j, line in enumerate(caller):
         if not isinstance(line, str) or not line.strip():
             raise CallFileError(f"{where}: caller[{j}] must be a non-empty string; got {line!r}")
-    db = _db(c["db"], f"{where}: db") if c.get("db") is not None else None
+    if c.get("setup") is not None and c.get("db") is not None:
+        raise CallFileError(f"{where}: give 'setup' or its older name 'db', not both")
+    if c.get("setup") is not None and not isinstance(c["setup"], dict):
+        raise CallFileError(f"{where}: setup: must be a mapping (what the scenario's backend takes)")
+    setup = _db(c["db"], f"{where}: db") if c.get("db") is not None else c.get("setup")
     expect = _expect(c["expect"], f"{where}: expect") if c.get("expect") is not None else Expect()
-    return Call(id=cid, caller=tuple(s.strip() for s in caller), db=db, expect=expect)
+    return Call(id=cid, caller=tuple(s.strip() for s in caller), setup=setup, expect=expect)
 
 
-def _db(d: Any, where: str) -> DBSetup:
+def _db(d: Any, where: str) -> dict:
+    """The dental sugar `db: {empty, appointments}`, checked and normalised, as the `setup` it is."""
     if not isinstance(d, dict):
         raise CallFileError(f"{where}: must be a mapping with keys {', '.join(DB_KEYS)}")
     _no_unknown(d, DB_KEYS, where)
@@ -181,17 +175,19 @@ def _db(d: Any, where: str) -> DBSetup:
         name = a["patient_name"]
         if not isinstance(name, str) or not name.strip():
             raise CallFileError(f"{w}: 'patient_name' must be a name")
-        out.append(Booking(date=_date(a["date"], f"{w}: 'date'").isoformat(), time=_time(a["time"], f"{w}: 'time'"),
-                           service=_service(a.get("service", "checkup"), f"{w}: 'service'"),
-                           patient_name=" ".join(name.split())))
-    return DBSetup(empty=empty, appointments=tuple(out))
+        out.append({"patient_name": " ".join(name.split()), "date": _date(a["date"], f"{w}: 'date'").isoformat(),
+                    "time": _time(a["time"], f"{w}: 'time'"), "service": str(a.get("service", "checkup"))})
+    return {"empty": empty, "appointments": out}
 
 
 def _expect(e: Any, where: str) -> Expect:
     if not isinstance(e, dict):
         raise CallFileError(f"{where}: must be a mapping with keys {', '.join(EXPECT_KEYS)}")
     _no_unknown(e, EXPECT_KEYS, where)
-    appts: dict[str, tuple[Booking, ...]] = {}
+    state = e.get("state") or {}
+    if not isinstance(state, dict):
+        raise CallFileError(f"{where}: 'state' must be a mapping: a subset of the backend's snapshot")
+    appts: dict[str, list[dict]] = {}
     table = e.get("appointments") or {}
     if not isinstance(table, dict):
         raise CallFileError(f"{where}: 'appointments' must map patient names to lists of bookings")
@@ -209,12 +205,17 @@ def _expect(e: Any, where: str) -> Expect:
             for key in ("date", "time"):
                 if key not in a:
                     raise CallFileError(f"{w}[{k}]: missing '{key}'")
-            service = a.get("service")
-            got.append(Booking(date=_date(a["date"], f"{w}[{k}]: 'date'").isoformat(),
-                               time=_time(a["time"], f"{w}[{k}]: 'time'"),
-                               service=None if service is None else _service(service, f"{w}[{k}]: 'service'")))
-        appts[" ".join(name.split())] = tuple(got)
-    return Expect(appointments=appts, tool_calls=tuple(_tool_calls(e.get("tool_calls"), f"{where}: tool_calls")),
+            booking = {"date": _date(a["date"], f"{w}[{k}]: 'date'").isoformat(),
+                       "time": _time(a["time"], f"{w}[{k}]: 'time'")}
+            if a.get("service") is not None:
+                booking["service"] = str(a["service"])
+            got.append(booking)
+        appts[" ".join(name.split())] = got
+    if appts:
+        if "appointments" in state:
+            raise CallFileError(f"{where}: give 'appointments' or 'state: appointments', not both")
+        state = {**state, "appointments": appts}
+    return Expect(state=state, tool_calls=tuple(_tool_calls(e.get("tool_calls"), f"{where}: tool_calls")),
                   no_tool_calls=_strings(e.get("no_tool_calls"), f"{where}: no_tool_calls"),
                   must_say=_strings(e.get("must_say"), f"{where}: must_say"),
                   must_not_say=_strings(e.get("must_not_say"), f"{where}: must_not_say"))
@@ -277,8 +278,3 @@ def _time(value: Any, where: str) -> str:
         raise CallFileError(f"{where} must be a time HH:MM (24-hour); got {value!r}")
     return f"{int(m.group(1)):02d}:{m.group(2)}"
 
-
-def _service(value: Any, where: str) -> str:
-    if value not in SERVICES:
-        raise CallFileError(f"{where} must be one of {', '.join(SERVICES)}; got {value!r}")
-    return str(value)

@@ -1,9 +1,9 @@
-"""Grade a simulated call against its `expect` block: by the database's final state, the tools used,
-what was said, and whether every reply can be spoken.
+"""Grade a simulated call against its `expect` block: by the state its backend is left in, the tools
+used, what was said, and whether every reply can be spoken.
 
 A call succeeds when it ran to the end and
-- every `expect` entry holds: each named patient's upcoming bookings are exactly the listed ones
-  (date and time; service only where given; [] = none); each `tool_calls` entry was called at least
+- every `expect` entry holds: `state` is a subset of the backend's `snapshot()` (lists match
+  exactly: packs/state_match.py); each `tool_calls` entry was called at least
   once (with the listed arguments as a subset, if any); no `no_tool_calls` tool was called; every
   `must_say` phrase was said and no `must_not_say` phrase (whole words, case and punctuation
   ignored, over everything spoken, the filler included);
@@ -19,7 +19,8 @@ import json
 import re
 from typing import Any
 
-from voice_agent.simulate.callfile import Booking, Call
+from voice_agent.packs.state_match import state_mismatches
+from voice_agent.simulate.callfile import Call
 from voice_agent.simulate.transcript import CallRecord
 
 MAX_WORDS = 40
@@ -61,7 +62,7 @@ def grade(call: Call, record: CallRecord) -> list[str]:
                 reasons.append(f"turn {i}: not speakable ({', '.join(problems)}): {_short(reply.text, 60)}")
     if len(record.turns) < len(call.caller) and not record.error:
         reasons.append(f"only {len(record.turns)} of {len(call.caller)} caller turns ran")
-    reasons += _appointment_reasons(call, record)
+    reasons += _state_reasons(call, record)
     reasons += _tool_reasons(call, record)
     said = f" {_norm(record.spoken)} "
     for phrase in call.expect.must_say:
@@ -73,35 +74,12 @@ def grade(call: Call, record: CallRecord) -> list[str]:
     return reasons
 
 
-def _appointment_reasons(call: Call, record: CallRecord) -> list[str]:
-    reasons = []
-    for name, expected in call.expect.appointments.items():
-        actual = record.appointments.get(name)
-        if actual is None:
-            reasons.append(f"{name}: bookings were not read back")
-            continue
-        if not _bookings_match(expected, actual):
-            reasons.append(f"{name}: expected {_bookings_text(expected)}, found {_bookings_text(actual)}")
-    return reasons
-
-
-def _bookings_match(expected: tuple[Booking, ...], actual: list[dict]) -> bool:
-    if len(expected) != len(actual):
-        return False
-    by_slot = {(a["date"], a["time"]): a for a in actual}
-    for b in expected:
-        a = by_slot.pop((b.date, b.time), None)
-        if a is None or (b.service is not None and a.get("service") != b.service):
-            return False
-    return True
-
-
-def _bookings_text(rows: Any) -> str:
-    items = []
-    for r in rows:
-        r = r if isinstance(r, dict) else {"date": r.date, "time": r.time, "service": r.service}
-        items.append(" ".join(str(x) for x in (r["date"], r["time"], r.get("service")) if x))
-    return "[" + ", ".join(items) + "]" if items else "no booking"
+def _state_reasons(call: Call, record: CallRecord) -> list[str]:
+    if not call.expect.state:
+        return []
+    if record.state is None:
+        return ["the backend's state was not read back"]
+    return state_mismatches(call.expect.state, record.state)
 
 
 def _tool_reasons(call: Call, record: CallRecord) -> list[str]:

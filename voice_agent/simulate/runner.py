@@ -6,7 +6,7 @@ Each call is a Pipecat pipeline of the live call's own pieces, minus the audio:
         -> assistant context aggregator
 
 built like `voice_agent/pipeline.py` builds them: the same EngineLLMService arguments (scenario
-system prompt for the file's today, tools bound to a fresh ClinicDB, filler and filler_after_s,
+system prompt for the file's today, tools bound to a fresh backend of the scenario, filler and filler_after_s,
 reasoning_effort, max_tokens, temperature: CallOptions fields), an LLMContext with the scenario's
 tools, an LLMContextAggregatorPair with the live turn strategies, and a PipelineWorker run by a
 WorkerRunner. The context starts with the scenario's greeting as the
@@ -55,7 +55,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
-from voice_agent.clinic_db import ClinicDB
 from voice_agent.config import CallOptions
 from voice_agent.pipeline import _turn_strategies
 from voice_agent.scenarios import Scenario
@@ -140,61 +139,39 @@ class TurnCollector(FrameProcessor):
 
 async def run_call(call: Call, scenario: Scenario, engine: Any, today: dt.date, opts: RunOptions,
                    db_dir: Path | None = None, on_turn: Callable[[TurnRecord], None] | None = None) -> CallRecord:
-    """One scripted call on a fresh clinic database; never raises for a failing call (the record's
-    `error` says what went wrong)."""
+    """One scripted call on a fresh backend (the scenario's, on a store of its own, put in the call's
+    `setup` state); never raises for a failing call (the record's `error` says what went wrong)."""
     record = CallRecord(id=call.id)
     t_wall = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="simulate-", dir=db_dir) as tmp:
         try:
-            db = make_db(call, Path(tmp) / "clinic.sqlite", today)
-        except ValueError as e:
-            record.error = f"db setup: {e}"
+            backend = scenario.open_backend(Path(tmp) / "store", today)
+            backend.setup(dict(call.setup or {}))
+        except Exception as e:  # a pack's setup that refuses the call's block: this call fails, the batch goes on
+            record.error = f"setup: {e}"
             return record
         try:
-            await _converse(call, scenario, engine, db, today, opts, record, on_turn)
+            await _converse(call, scenario, engine, backend, today, opts, record, on_turn)
         except Exception as e:  # one call failing must not stop the batch
             logger.exception(f"simulated call {call.id} failed")
             record.error = f"{type(e).__name__}: {e}"
-        record.appointments = read_back(call, db, today)
-        record.changes = changes(db)
+        try:
+            record.state = backend.snapshot()
+        except Exception as e:
+            logger.exception(f"simulated call {call.id}: snapshot failed")
+            record.error = record.error or f"snapshot: {type(e).__name__}: {e}"
+        finally:
+            backend.close()
     record.wall_s = time.perf_counter() - t_wall
     return record
 
 
-def make_db(call: Call, path: Path, today: dt.date) -> ClinicDB:
-    """A fresh database for one call: the seeded diary, or an empty one; then the call's bookings
-    (each takes its slot, replacing a seeded booking that held it)."""
-    setup = call.db
-    db = ClinicDB(path, today=today, empty=bool(setup and setup.empty))
-    for b in setup.appointments if setup else ():
-        db.add_appointment(b.patient_name, b.date, b.time, b.service or "checkup", replace=True)
-    return db
-
-
-def read_back(call: Call, db: ClinicDB, today: dt.date) -> dict[str, list[dict]]:
-    """Upcoming bookings (today on) of every patient the call names: expected or pre-booked."""
-    names = list(call.expect.appointments) + [b.patient_name for b in (call.db.appointments if call.db else ())]
-    out: dict[str, list[dict]] = {}
-    for name in dict.fromkeys(names):
-        out[name] = [{k: a[k] for k in ("date", "time", "service")} for a in db.appointments(name)
-                     if a["date"] >= today.isoformat()]
-    return out
-
-
-def changes(db: ClinicDB) -> list[dict]:
-    """What the call's tools wrote (the seed and the call's setup write no log rows)."""
-    with db.connect() as con:
-        return [dict(r) for r in con.execute(
-            "SELECT l.action, p.name AS patient_name, l.date, l.time, l.detail FROM appointment_log l "
-            "JOIN patients p ON p.id = l.patient_id ORDER BY l.id")]
-
-
-async def _converse(call: Call, scenario: Scenario, engine: Any, db: ClinicDB, today: dt.date, opts: RunOptions,
+async def _converse(call: Call, scenario: Scenario, engine: Any, backend: Any, today: dt.date, opts: RunOptions,
                     record: CallRecord, on_turn: Callable[[TurnRecord], None] | None) -> None:
     llm = EngineLLMService(
         engine, system_instruction=scenario.system_prompt_for(today),
         reasoning_effort=opts.reasoning_effort or scenario.reasoning_effort, max_tokens=opts.max_tokens,
-        temperature=opts.temperature, tools=scenario.bind_handlers(db), filler=scenario.filler, filler_after_s=opts.filler_after_s,
+        temperature=opts.temperature, tools=scenario.bind_handlers(backend), filler=scenario.filler, filler_after_s=opts.filler_after_s,
         policy=scenario.policy)
     greeting = [{"role": "assistant", "content": scenario.greeting}] if scenario.greeting else []
     context = LLMContext(messages=greeting, tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext(greeting)

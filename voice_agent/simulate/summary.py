@@ -10,6 +10,8 @@
   decoded_tokens and forward_passes are its two sums (the passes are what a call waits for)
 - first_answer_ms_p50/p95 = per caller turn, from its text going in to the first answer text out
   (tool rounds included)
+- policy_share      = caller turns whose action the policy decided (a scripted answer, the tool it
+  named, the question it asked instead of a call: `decided_by`) / caller turns; model_share the rest
 A rate whose denominator is 0 is None.
 """
 
@@ -19,7 +21,16 @@ from typing import Any
 
 from voice_agent.latency.metrics import distribution
 from voice_agent.simulate.grade import speakable_problems
-from voice_agent.simulate.transcript import CallRecord
+from voice_agent.simulate.transcript import CallRecord, TurnRecord
+
+# The metrics a brain adds when the policy, not the model, decided a turn's action (brain/base.py).
+POLICY_MARKS = ("answered_greeting", "answered_goodbye", "answered_from_facts", "tool_choice", "asked_instead_of_call")
+
+
+def decided_by(turn: TurnRecord) -> list[str]:
+    """The policy's decisions in a caller turn's LLM rounds ("tool_choice", "answered_from_facts",
+    ...); [] when the model decided every round."""
+    return [k for m in turn.metrics for k in POLICY_MARKS if m.get(k)]
 
 
 def per_call(record: CallRecord, reasons: list[str]) -> dict:
@@ -34,6 +45,7 @@ def per_call(record: CallRecord, reasons: list[str]) -> dict:
         "clean_replies": sum(not speakable_problems(r.text) for r in replies),
         "tool_calls": [c.name for c in record.tool_calls],
         "tool_errors": sum(c.error for c in record.tool_calls),
+        "policy_turns": sum(bool(decided_by(t)) for t in record.turns),
         "wall_s": round(record.wall_s, 2),
     }
 
@@ -51,6 +63,9 @@ def summarize(records: list[CallRecord], reasons: list[list[str]], **extra: Any)
         "answered_rate": _rate(sum(x["answered_turns"] for x in rows), sum(x["turns"] for x in rows)),
         "clean_reply_rate": _rate(sum(x["clean_replies"] for x in rows), sum(x["replies"] for x in rows)),
         "tool_error_rate": _rate(sum(x["tool_errors"] for x in rows), sum(len(x["tool_calls"]) for x in rows)),
+        "tool_errors": sum(x["tool_errors"] for x in rows),
+        "policy_share": _rate(sum(x["policy_turns"] for x in rows), sum(x["turns"] for x in rows)),
+        "model_share": _rate(sum(x["turns"] - x["policy_turns"] for x in rows), sum(x["turns"] for x in rows)),
         "ttfat_ms_p50": ttfat["p50"],
         "ttfat_ms_p95": ttfat["p95"],
         "tokens_per_forward": round(decoded / forwards, 3) if forwards else None,
@@ -67,16 +82,17 @@ def table_text(summary: dict) -> str:
     """One line per call: PASS/FAIL, the id, turns answered, tools used, and why it failed."""
     rows = summary["per_call"]
     width = max([len(x["id"]) for x in rows] + [4])
-    lines = [f"{'':4}  {'call':<{width}}  answered  tools"]
+    lines = [f"{'':4}  {'call':<{width}}  answered  policy  tools"]
     for x in rows:
         tools = ",".join(x["tool_calls"]) or "-"
         lines.append(f"{'PASS' if x['success'] else 'FAIL'}  {x['id']:<{width}}  "
-                     f"{x['answered_turns']:>3}/{x['turns']:<4}  {tools}")
+                     f"{x['answered_turns']:>3}/{x['turns']:<4}  {x['policy_turns']:>3}/{x['turns']:<2}  {tools}")
         for why in x["reasons"]:
             lines.append(f"{'':6}{'':<{width}}  - {why}")
     lines.append(f"{sum(x['success'] for x in rows)}/{len(rows)} calls succeeded; "
                  f"answered {_pct(summary['answered_rate'])}, clean replies {_pct(summary['clean_reply_rate'])}, "
-                 f"tool errors {_pct(summary['tool_error_rate'])}, ttfat p50/p95 "
+                 f"tool errors {_pct(summary['tool_error_rate'])}, policy decided {_pct(summary['policy_share'])} "
+                 f"of turns (model {_pct(summary['model_share'])}), ttfat p50/p95 "
                  f"{summary['ttfat_ms_p50']}/{summary['ttfat_ms_p95']} ms, "
                  f"tokens/forward {summary['tokens_per_forward']}")
     return "\n".join(lines)

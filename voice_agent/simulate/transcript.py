@@ -55,8 +55,7 @@ class TurnRecord:
 class CallRecord:
     id: str
     turns: list[TurnRecord] = field(default_factory=list)
-    appointments: dict[str, list[dict]] = field(default_factory=dict)  # patient -> upcoming, after the call
-    changes: list[dict] = field(default_factory=list)       # appointment_log rows written during the call
+    state: dict | None = None                               # the backend's snapshot() after the call
     error: str | None = None                                # the call could not be run to the end
     wall_s: float = 0.0
 

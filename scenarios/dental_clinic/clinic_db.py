@@ -16,26 +16,49 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import os
 import random
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from voice_agent.clinic_words import (
-    SERVICES,
+import yaml
+
+from voice_agent.policy.calendar_words import (
+    Hours,
     WordsError,
     parse_day,
-    parse_service,
     parse_time,
     spoken_day,
     spoken_time,
 )
 
-DEFAULT_DB_PATH = Path(os.environ.get("VOICE_AGENT_CLINIC_DB", Path.home() / ".cache" / "voice-agent" / "clinic.sqlite"))
+DEFAULT_DB_PATH = Path.home() / ".cache" / "voice-agent" / "stores" / "dental_clinic" / "clinic.sqlite"
 OPEN_HOUR, CLOSE_HOUR, SLOT_MINUTES = 9, 17, 30
+HOURS = Hours(OPEN_HOUR * 60, CLOSE_HOUR * 60)
+
+
+def _service_words() -> dict[str, tuple[str, ...]]:
+    """The services and the caller's words for each: the `x-synonyms` of book_appointment's service in
+    this pack's scenario.yaml (one home for the clinic's vocabulary)."""
+    data = yaml.safe_load((Path(__file__).with_name("scenario.yaml")).read_text(encoding="utf-8"))
+    spec = next(t for t in data["tools"] if t["name"] == "book_appointment")["parameters"]["properties"]["service"]
+    return {v: (v, *spec.get("x-synonyms", {}).get(v, ())) for v in spec["enum"]}
+
+
+SERVICE_WORDS = _service_words()
+SERVICES = tuple(SERVICE_WORDS)
+
+
+def parse_service(text: object) -> str:
+    """A service by name or the caller's word for it ("hygiene visit" -> cleaning)."""
+    t = " ".join(str(text).lower().replace("-", " ").split()) if isinstance(text, str) else ""
+    for service, words in SERVICE_WORDS.items():
+        if any(re.search(rf"\b{re.escape(w)}", t) for w in words):
+            return service
+    raise WordsError(f"we offer {', '.join(SERVICES[:-1])} and {SERVICES[-1]} visits; got {text!r}")
 MAX_LISTED_TIMES = 8  # a phone answer reads a few times, not sixteen
 
 SEED_PATIENTS = [
@@ -197,7 +220,7 @@ class ClinicDB:
     def _time(value: object, field: str = "time") -> str:
         """The caller's words for a time ("ten thirty", "half past two", "2 pm") or HH:MM."""
         try:
-            t = parse_time(value)
+            t = parse_time(value, HOURS)
         except WordsError as e:
             raise ToolArgError(f"{field}: {e}") from None
         if t not in _day_times():

@@ -1,19 +1,21 @@
-"""The caller's own words for days, times and services, resolved in code against the clinic's today.
+"""The caller's own words for days and times, resolved in code against the call's today and the
+scenario's opening hours.
 
-The tools take what the caller said ("next tuesday", "the ninth", "ten thirty", "half past two",
-"hygiene visit"), so the model copies words instead of computing dates: a small model copies well
-and computes calendars badly (BRAIN.md: dates copied from a calendar were right 57% of the time).
-Each parser returns the canonical value or raises WordsError with a message the agent can say.
+Tools take what the caller said ("next tuesday", "the ninth", "ten thirty", "half past two"), so the
+model copies words instead of computing dates: a small model copies well and computes calendars
+badly (BRAIN.md: dates copied from a calendar were right 57% of the time). Each parser returns the
+canonical value or raises WordsError with a message the agent can say.
 
-    parse_day("next tuesday", today=date(2026, 12, 1))  -> date(2026, 12, 8)
-    parse_time("half past two")                         -> "14:30"
-    parse_service("hygiene visit")                      -> "cleaning"
+    parse_day("next tuesday", today=date(2026, 12, 1))   -> date(2026, 12, 8)
+    parse_time("half past two")                          -> "14:30"
+    parse_time("seven", hours=Hours.of("17:00-23:00"))   -> "19:00"  (a restaurant's evening)
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -25,18 +27,38 @@ _ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixt
              "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13, "fourteenth": 14,
              "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18, "nineteenth": 19,
              "twentieth": 20, "thirtieth": 30}
-SERVICE_WORDS = {
-    "cleaning": ("cleaning", "clean", "cleaned", "teeth cleaning", "hygiene", "hygienist", "scale and polish", "polish"),
-    "checkup": ("checkup", "check up", "check-up", "exam", "examination", "routine visit", "check"),
-    "filling": ("filling", "cavity", "fill", "hole in my tooth"),
-    "whitening": ("whitening", "whiten", "whitened", "bleaching"),
-    "emergency": ("emergency", "toothache", "urgent", "pain", "broken tooth", "chipped", "swollen"),
-}
-SERVICES = tuple(SERVICE_WORDS)
 
 
 class WordsError(ValueError):
-    """Words that do not name one day, time or service; the message says why, for the caller."""
+    """Words that do not name one day or time; the message says why, for the caller."""
+
+
+@dataclass(frozen=True)
+class Hours:
+    """When a scenario is open, in minutes after midnight: an hour said without am or pm is read as
+    the one of its two readings that falls inside them ("seven" is 19:00 for a restaurant open
+    17:00-23:00, 7:00 for a bakery open 6:00-14:00)."""
+
+    open_min: int
+    close_min: int
+
+    @classmethod
+    def of(cls, text: str) -> Hours:
+        """"09:00-17:00" (24-hour)."""
+        m = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*", str(text))
+        if not m:
+            raise ValueError(f"opening hours must look like 09:00-17:00; got {text!r}")
+        a, b = int(m.group(1)) * 60 + int(m.group(2)), int(m.group(3)) * 60 + int(m.group(4))
+        if not 0 <= a < b <= 24 * 60:
+            raise ValueError(f"opening hours must open before they close, within one day; got {text!r}")
+        return cls(a, b)
+
+    def holds(self, hour: int, minute: int) -> bool:
+        return self.open_min <= hour * 60 + minute < self.close_min
+
+
+# Without a scenario's hours, a bare hour is read as a business day's: 7-11 am, 12 noon, 1-6 pm.
+DAYTIME = Hours(7 * 60, 19 * 60)
 
 
 def _clean(text: object, what: str) -> str:
@@ -139,8 +161,9 @@ def _day_of_month(n: int, today: dt.date) -> dt.date:
     raise WordsError(f"there is no {_ordinal(n)} coming up")
 
 
-def parse_time(text: object) -> str:
-    """A time of day as HH:MM (24-hour). Bare hours 1-6 are afternoon: the clinic opens 9 to 5."""
+def parse_time(text: object, hours: Hours | None = None) -> str:
+    """A time of day as HH:MM (24-hour). An hour said without am, pm, morning or evening is the reading
+    inside `hours` when exactly one is, else the reading inside a business day (`DAYTIME`)."""
     t = _clean(text, "the time")
     if t in ("noon", "midday", "twelve noon"):
         return "12:00"
@@ -177,17 +200,19 @@ def parse_time(text: object) -> str:
         raise WordsError(f"{text!r} is not a time of day")
     if pm and hour < 12:
         hour += 12
-    elif not am and 1 <= hour <= 6:
-        hour += 12
+    elif not am and 1 <= hour <= 12:
+        hour = _open_reading(hour, minute, hours)
     return f"{hour:02d}:{minute:02d}"
 
 
-def parse_service(text: object) -> str:
-    t = _clean(text, "the service")
-    for service, words in SERVICE_WORDS.items():
-        if t == service or any(re.search(rf"\b{re.escape(w)}", t) for w in words):
-            return service
-    raise WordsError(f"we offer {', '.join(SERVICES[:-1])} and {SERVICES[-1]} visits; got {text!r}")
+def _open_reading(hour: int, minute: int, hours: Hours | None) -> int:
+    """The 24-hour reading of a bare `hour` (1-12): the one inside `hours` when only one is."""
+    readings = (hour % 12, hour % 12 + 12) if hour != 12 else (12,)
+    for within in (hours, DAYTIME):
+        inside = [h for h in readings if within is not None and within.holds(h, minute)]
+        if len(inside) == 1:
+            return inside[0]
+    return hour
 
 
 def spoken_day(d: dt.date) -> str:
