@@ -127,7 +127,8 @@ def parse_plate(text: object, ctx: KindContext) -> str:
     """A vehicle registration as capital letters and digits: "A B one two C D E" and "ab12 cde" are
     "AB12CDE"; spelling alphabet words count as their letters."""
     out = []
-    for w in _words(text, "the registration"):
+    words = " ".join(_words(text, "the registration")).replace("x ray", "xray").split()
+    for w in words:
         if w in _PHONETIC:
             out.append(_PHONETIC[w])
         elif w in _DIGIT_WORDS and w not in ("o", "oh"):
