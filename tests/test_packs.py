@@ -293,3 +293,61 @@ def test_a_call_file_in_a_packs_callers_folder_runs_that_pack(tmp_path):
     folder = write_library_pack(tmp_path / "library")
     assert scenario_for(load_callfile(folder / "callers" / "calls.yaml")).name == "city_library"
     assert Path(load_scenario(folder).callers_dir) == folder / "callers"
+
+
+# -- the shipped packs --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["dental_clinic", "telecom_support", "car_garage"])
+def test_every_shipped_pack_loads_its_callers_set_up_its_backend_and_names_only_its_tools(name, tmp_path):
+    from voice_agent.simulate.batch import scenario_for
+
+    scenario = load_scenario(name)
+    files = sorted(scenario.callers_dir.glob("*.yaml"))
+    assert {"handwritten.yaml", "heldout.yaml"} <= {f.name for f in files}
+    for f in files:
+        calls = load_callfile(f)
+        assert scenario_for(calls).name == name  # also checks every tool the file names
+        for call in calls.calls:
+            backend = scenario.open_backend(tmp_path / call.id, calls.today)
+            backend.setup(dict(call.setup or {}))
+            assert isinstance(backend.snapshot(), dict)
+    assert len(load_callfile(scenario.callers_dir / "heldout.yaml").calls) >= 40
+    assert len(load_callfile(scenario.callers_dir / "handwritten.yaml").calls) >= 12
+
+
+def test_the_telecom_pack_changes_a_plan_adds_a_pass_and_opens_a_ticket(tmp_path):
+    scenario = load_scenario("telecom_support")
+    backend = scenario.open_backend(tmp_path, TODAY)
+    backend.setup({})
+    tools = scenario.bind_handlers(backend)
+    assert tools["lookup_customer"]({"phone_number": "five five five oh one four two"})["name"] == "Priya Natarajan"
+    assert tools["change_plan"]({"phone_number": "555 0142", "plan": "unlimited"})["new_plan"] == "unlimited"
+    assert "already on" in tools["change_plan"]({"phone_number": "5550142", "plan": "unlimited"})["error"]
+    assert tools["add_roaming_pass"]({"phone_number": "5550142", "region": "europe"})["valid_until"] == "2026-12-08"
+    for check in ("airplane_mode", "mobile_data", "apn"):
+        assert not tools["record_check"]({"phone_number": "5550142", "check": check, "fixed": False})["open_a_ticket"]
+    assert tools["record_check"]({"phone_number": "5550142", "check": "restart", "fixed": "no"})["open_a_ticket"]
+    assert tools["open_ticket"]({"phone_number": "5550142", "issue": "no data"})["ticket"] == "T1001"
+    assert "5 5 5, 1 2 3 4" in tools["check_usage"]({"phone_number": "5551234"})["error"]  # read back digit by digit
+    state = backend.snapshot()
+    assert state["customers"]["5550142"]["plan"] == "unlimited" and state["tickets"] == [
+        {"phone": "5550142", "issue": "no data"}]
+
+
+def test_the_garage_pack_books_moves_and_cancels_by_plate(tmp_path):
+    scenario = load_scenario("car_garage")
+    backend = scenario.open_backend(tmp_path, TODAY)
+    backend.setup({"bookings": [{"plate": "XX11XXX", "customer": "A B", "date": "2026-12-03", "time": "09:00",
+                                 "job": "service"}]})
+    tools = scenario.bind_handlers(backend)
+    booked = tools["book_job"]({"customer_name": "sam patel", "plate": "L C two zero H J K", "date": "thursday",
+                                "time": "nine", "job": "mot"})
+    assert "taken" in booked["error"] and "9:30 am" in booked["error"]
+    assert tools["book_job"]({"customer_name": "sam patel", "plate": "lc20 hjk", "date": "thursday",
+                              "time": "half past nine", "job": "mot"})["booked"]
+    assert "closed on Sundays" in tools["move_job"]({"plate": "LC20HJK", "new_date": "sunday", "new_time": "ten"})["error"]
+    assert tools["move_job"]({"plate": "LC20HJK", "new_date": "friday", "new_time": "two"})["when"] == \
+        "Friday, December 4th at 2 pm"
+    assert tools["cancel_job"]({"plate": "X X one one X X X"})["cancelled"]
+    assert backend.snapshot() == {"bookings": {"LC20HJK": [{"date": "2026-12-04", "time": "14:00", "job": "mot",
+                                                            "customer": "Sam Patel"}]}}
