@@ -38,13 +38,27 @@ class Repair:
     grounded: str
 
 
+# An argument's kind (`"x-kind"`, voice_agent/policy/kinds.py) implies its mark when it has none: a
+# date or a time is the caller's phrase of that kind, a person's name a copy of their words, an enum
+# the caller's choice; other kinds (digits, plates, free text) are not copies the engine can check.
+KIND_KEY = "x-kind"
+GROUNDED_BY_KIND = {"date": "day", "time": "time", "person_name": True, "enum": "choice"}
+
+
+def grounding_mark(spec: object) -> object:
+    """A property's `x-grounded` mark, or the one its `x-kind` implies; None when it has neither."""
+    if not isinstance(spec, dict):
+        return None
+    return spec[GROUNDED_KEY] if GROUNDED_KEY in spec else GROUNDED_BY_KIND.get(spec.get(KIND_KEY))
+
+
 def grounded_kinds(tool: dict) -> dict[str, str]:
     """Grounded key -> its kind: `"x-grounded": true` is kind "text"; a string names the kind of
     phrase (a scenario's "day", "time"), which the engine passes on without reading it."""
     props = (tool.get("function", {}).get("parameters") or {}).get("properties") or {}
     kinds = {}
     for key, spec in props.items():
-        mark = spec.get(GROUNDED_KEY) if isinstance(spec, dict) else None
+        mark = grounding_mark(spec)
         if mark is True or (isinstance(mark, str) and mark.strip()):
             kinds[key] = "text" if mark is True else mark.strip()
     return kinds
@@ -153,5 +167,5 @@ def ground_calls(calls: list[dict], tools: list[dict], messages: list[dict]) -> 
     return repairs
 
 
-__all__ = ["GROUNDED_KEY", "MIN_SIMILARITY", "SAME_SURNAME_SIMILARITY", "WORD_RE", "Repair", "ground_calls",
+__all__ = ["GROUNDED_BY_KIND", "KIND_KEY", "grounding_mark", "GROUNDED_KEY", "MIN_SIMILARITY", "SAME_SURNAME_SIMILARITY", "WORD_RE", "Repair", "ground_calls",
            "grounded_arguments", "grounded_keys", "grounded_kinds", "nearest_span", "source_texts"]

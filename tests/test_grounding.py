@@ -86,7 +86,7 @@ def test_the_scenario_grounds_every_free_string_argument_and_the_prompt_never_sh
             # days, times and services name their kind, so the ask guard can take the caller's own phrase
             if "enum" not in spec or key == "service":
                 kind = ("day" if key.endswith("date") else "time" if key.endswith("time")
-                        else "service" if key == "service" else True)
+                        else "choice" if key == "service" else True)
                 assert spec["x-grounded"] == kind and type(spec["x-grounded"]) is type(kind), key
     for fmt in (ChatFormat(tool_style="json"), ChatFormat(tool_style="compact")):
         text = fmt.render([{"role": "system", "content": "hi"}, {"role": "user", "content": "hello"}], sc.tools)

@@ -50,7 +50,7 @@ def test_a_server_that_is_not_livekit_ends_with_a_clear_error(tmp_path) -> None:
     try:
         r = worker("--url", f"ws://127.0.0.1:{httpd.server_address[1]}", "--api-key", "key",
                    "--api-secret", "secret" * 6, "--model", "smollm2-base", "--max-retry", "1",
-                   "--http-port", "0", "--db", str(tmp_path / "clinic.sqlite"))
+                   "--http-port", "0", "--store", str(tmp_path / "store"))
     finally:
         httpd.shutdown()
     assert r.returncode == 2, r.stderr[-2000:]
@@ -61,7 +61,7 @@ def test_a_server_that_is_not_livekit_ends_with_a_clear_error(tmp_path) -> None:
 @pytest.fixture(scope="module")
 def calls(tmp_path_factory, base_engine) -> CallFactory:
     cfg = WorkerConfig(url="", api_key="", api_secret="", model="smollm2-base", reasoning_effort="instant",
-                       db_path=str(tmp_path_factory.mktemp("db") / "clinic.sqlite"))
+                       store=str(tmp_path_factory.mktemp("store")))
     factory = CallFactory(cfg, engine=base_engine)  # conftest's engine: loaded once per test session
     factory.load()
     return factory

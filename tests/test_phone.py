@@ -33,7 +33,7 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from websockets.asyncio.client import connect
 
-from voice_agent.pipeline import PipelineOptions, clinic_db
+from voice_agent.pipeline import PipelineOptions
 from voice_agent.scenarios import load_scenario
 from voice_agent.transports.phone import PhoneServer, create_app
 
@@ -173,9 +173,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def phone_server(base_engine, tmp_path_factory):
-    db = str(tmp_path_factory.mktemp("clinic") / "clinic.sqlite")
-    clinic_db(db)  # created and seeded before the first call, as `voice-agent phone` does
-    options = PipelineOptions(reasoning_effort="instant", max_tokens=20, db_path=db)
+    store = str(tmp_path_factory.mktemp("store"))
+    load_scenario("dental_clinic").open_backend(store).close()  # made and seeded first, as `voice-agent phone` does
+    options = PipelineOptions(reasoning_effort="instant", max_tokens=20, store=store)
     clocks: list[FrameClock] = []
     server = PhoneServer(engine=base_engine, scenario=load_scenario("dental_clinic"), options=options,
                          observers_factory=lambda: [clocks.append(FrameClock()) or clocks[-1]])
@@ -332,7 +332,7 @@ def test_the_voice_agent_phone_command_serves_a_call(tmp_path, caller_utterance)
     exe = shutil.which("voice-agent") or str(Path(sys.executable).parent / "voice-agent")
     port = free_port()
     proc = subprocess.Popen([exe, "phone", "--port", str(port), "--model", "smollm2-base",
-                             "--db", str(tmp_path / "clinic.sqlite")],
+                             "--store", str(tmp_path / "store")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -288,11 +288,13 @@ def test_report_html_command_rerenders(rendered, tmp_path):
 def test_appointments_expectation_checks_what_the_call_left_in_the_diary():
     from voice_agent.latency.expectations import check_call
 
-    call = {"turns": [], "appointments": [{"patient_name": "jordan lee", "date": "2026-12-08", "time": "10:00",
-                                           "service": "cleaning"}]}
+    call = {"turns": [], "state": {"appointments": {"Jordan Lee": [{"date": "2026-12-08", "time": "10:00",
+                                                                    "service": "cleaning"}]}}}
     want = {"Jordan Lee": [{"date": "2026-12-08", "time": "10:00", "service": "cleaning"}], "Ana Ruiz": []}
     assert check_call(call, {"appointments": want})["passed"]
     wrong_time = {"Jordan Lee": [{"date": "2026-12-08", "time": "10:30"}]}
     res = check_call(call, {"appointments": wrong_time})
-    assert not res["passed"] and res["checks"][0]["actual"] == "2026-12-08 10:00 cleaning"
-    assert not check_call({"turns": [], "appointments": []}, {"appointments": {"Jordan Lee": want["Jordan Lee"]}})["passed"]
+    assert not res["passed"] and "10:30" in res["checks"][0]["actual"] and "10:00" in res["checks"][0]["actual"]
+    empty = {"turns": [], "state": {"appointments": {}}}
+    assert not check_call(empty, {"appointments": {"Jordan Lee": want["Jordan Lee"]}})["passed"]
+    assert not check_call({"turns": []}, {"state": {"plan": "plus"}})["passed"]  # no state read back

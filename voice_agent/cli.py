@@ -16,7 +16,7 @@ from engine.errors import SettingError
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "replay": ("replay", "replay recorded calls through the live pipeline; per-turn latency report (default: the sample call)"),
-    "simulate": ("simulate", "run scripted text callers through the live turn logic; grade calls by the clinic database"),
+    "simulate": ("simulate", "run scripted text callers through the live turn logic; grade calls by the backend's state"),
     "report": ("report", "work with replay reports: `report diff OLD.json NEW.json` gates regressions"),
     "mic": ("mic", "talk to the agent with your microphone and speakers; prints a latency line per turn"),
     "phone": ("phone", "serve a Twilio/Telnyx media-stream websocket at ws://HOST:PORT/ws for phone calls"),

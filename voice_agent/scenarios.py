@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from engine.grounding import GROUNDED_KEY
+from engine.grounding import GROUNDED_BY_KIND, GROUNDED_KEY, KIND_KEY
 from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
 from voice_agent.policy.calendar_words import Hours
 from voice_agent.policy.kinds import KINDS
@@ -327,11 +327,7 @@ def ask_question(ask: dict[str, str], tool: str, argument: str) -> str | None:
     return ask.get(f"{tool}.{argument}") or ask.get(argument)
 
 
-KIND_KEY = "x-kind"          # what an argument holds: voice_agent/policy/kinds.py
 SYNONYMS_KEY = "x-synonyms"  # enum value -> the caller's words for it
-# The guards' phrase kind of each argument kind (engine/grounding.py's `x-grounded`): a date or a time
-# is the caller's own phrase of that kind, a name a copy of their words, an enum their latest choice.
-GROUNDED_BY_KIND = {"date": "day", "time": "time", "person_name": True, "enum": "choice"}
 
 
 def _check_kind(spec: dict, at: str) -> None:

@@ -1,8 +1,8 @@
 """Run a LiveKit Agents worker. Every room it is dispatched to (SIP phone calls land in rooms)
 gets an AgentSession with the in-process diffusion engine as its LLM (EngineLLM), faster-whisper
 STT, hibari TTS, Silero VAD and LiveKit's turn detector pinned to its offline "v1-mini" model.
-The agent is a scenario pack (--scenario; default: the dental clinic, whose tools run on the
-clinic's SQLite diary). A job's dispatch metadata may set {"reasoning_effort": "..."} per call.
+The agent is a scenario pack (--scenario; default: dental_clinic), its tools on the pack's
+backend (--store). A job's dispatch metadata may set {"reasoning_effort": "..."} per call.
 
 With --llm-url the calls' turns go to an OpenAI-compatible server instead (no engine is loaded).
 Needs a reachable LiveKit server: without one it exits with an error message.

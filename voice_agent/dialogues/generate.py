@@ -333,7 +333,7 @@ def play(plan: Plan, scenario: Scenario, rng: random.Random, think_share: float 
     sim = CallerSim(plan, rng)
     sim.facts = scenario.facts
     s = State()
-    handlers = scenario.bind_handlers(db)
+    handlers = db.handlers()  # the diary's own handlers (arguments as one dict)
     user = asr(first_turn(sim, s), rng)
     for _turn in range(10):
         _as_said(s, user)

@@ -18,7 +18,7 @@ Import them the way LiveKit users import `livekit.plugins.openai.LLM`:
 - `WhisperSTT` (stt.py) and `HibariTTS` (tts.py): non-streaming STT/TTS adapters; AgentSession
   wraps them with its VAD / sentence StreamAdapters.
 - `ScenarioAgent` (agent.py): an Agent whose tools are a scenario's YAML tool schemas bound to
-  their handlers (the dental clinic's SQLite store).
+  the handlers of the pack's backend.
 - worker.py: `voice-agent livekit-worker`, an AgentServer whose rooms (SIP calls) get an
   AgentSession on the pieces above.
 
