@@ -1,12 +1,12 @@
-"""A caller who only closes the call is said goodbye to (voice_agent/brain/closing.py), without a decode."""
+"""A caller who only closes the call is said goodbye to (voice_agent/policy/closing.py), without a decode."""
 
 from __future__ import annotations
 
 import pytest
 
 from voice_agent.brain import Brain, TurnResult
-from voice_agent.brain.closing import closing_only, goodbye_answer
 from voice_agent.brain.types import TurnEvent
+from voice_agent.policy.closing import closing_only, goodbye_answer
 from voice_agent.scenarios import CallPolicy, load_scenario
 
 SCENARIO = load_scenario("dental_clinic")
@@ -57,7 +57,7 @@ async def test_the_brain_says_goodbye_instead_of_decoding():
             {"role": "user", "content": "so great that's all i needed"}]
     events = [e async for e in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.goodbye_reply), ("done", "")]
-    assert events[-1].result.metrics == {"answered_goodbye": True}
+    assert events[-1].result.metrics == {"answered_goodbye": True, "decided_by": "closing_only"}
     assert events[-1].result.tool_calls == []
     # a client that set tool_choice gets the decode it asked for (here the ask guard then asks
     # for the name nobody said), not the goodbye

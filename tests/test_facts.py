@@ -1,12 +1,12 @@
-"""Questions about the clinic are answered from the scenario's facts (voice_agent/brain/facts.py)."""
+"""Questions about the clinic are answered from the scenario's facts (voice_agent/policy/facts.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from voice_agent.brain import Brain, TurnResult
-from voice_agent.brain.facts import FOLLOW_UP, fact_answer
 from voice_agent.brain.types import TurnEvent
+from voice_agent.policy.facts import FOLLOW_UP, fact_answer
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
 
 SCENARIO = load_scenario("dental_clinic")
@@ -70,7 +70,7 @@ async def test_the_brain_answers_a_fact_question_without_a_decode():
     events = [e async for e in brain.turn([{"role": "user", "content": "is cigna ok"}], tools=SCENARIO.tools)]
     assert [e.type for e in events] == ["answer", "done"]
     assert events[0].text.startswith(SCENARIO.facts["insurance"])
-    assert events[-1].result.metrics == {"answered_from_facts": ["insurance"]}
+    assert events[-1].result.metrics == {"answered_from_facts": ["insurance"], "decided_by": "facts_only"}
     events = [e async for e in brain.turn([{"role": "user", "content": "i have a question about my teeth"}],
                                           tools=SCENARIO.tools)]
     assert events[-1].result.text == "a model answer"

@@ -1,12 +1,12 @@
-"""A caller who only greets is greeted back (voice_agent/brain/greeting.py), without a decode."""
+"""A caller who only greets is greeted back (voice_agent/policy/greeting.py), without a decode."""
 
 from __future__ import annotations
 
 import pytest
 
 from voice_agent.brain import Brain, TurnResult
-from voice_agent.brain.greeting import greeting_answer, greeting_only
 from voice_agent.brain.types import TurnEvent
+from voice_agent.policy.greeting import greeting_answer, greeting_only
 from voice_agent.scenarios import CallPolicy, load_scenario
 
 SCENARIO = load_scenario("dental_clinic")
@@ -55,7 +55,7 @@ async def test_the_brain_greets_back_instead_of_decoding():
     events = [e async for e in brain.turn([{"role": "assistant", "content": SCENARIO.greeting},
                                            {"role": "user", "content": "Good morning."}], tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.greeting_reply), ("done", "")]
-    assert events[-1].result.metrics == {"answered_greeting": True}
+    assert events[-1].result.metrics == {"answered_greeting": True, "decided_by": "greeting_only"}
 
 
 async def test_a_tool_choice_the_client_set_is_left_alone():

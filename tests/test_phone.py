@@ -196,7 +196,7 @@ def phone_server(base_engine, tmp_path_factory):
 @pytest.fixture(scope="module")
 def caller_utterance(say) -> bytes:
     # Not a greeting or a question about the clinic's facts: those are answered without the engine
-    # (voice_agent/brain/greeting.py, facts.py), and these calls are about the engine's turn on a phone line.
+    # (voice_agent/policy/greeting.py, facts.py), and these calls are about the engine's turn on a phone line.
     return mulaw_8k(say("Hi, I'd like to come in for a checkup."))
 
 

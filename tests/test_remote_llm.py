@@ -252,7 +252,7 @@ def test_replay_through_llm_url_answers_every_caller_turn_with_ttfat(server_proc
     for t in turns[:-1]:
         assert t["engine"] and t["engine"][0]["llm_url"] == url + "/v1", t
     # the caller's closing words ("Great, thank you so much. Bye.") get the scenario's goodbye, with
-    # no request to the server (voice_agent/brain/closing.py)
+    # no request to the server (voice_agent/policy/closing.py)
     assert "Goodbye" in turns[-1]["bot_text"] and "llm_url" not in (turns[-1]["engine"] or [{}])[0], turns[-1]
     assert s["ttfat_ms"]["n"] == 5 and s["answered_turns"] == 5
     # Every turn after the first that reached the server reused the call's session there.

@@ -1,4 +1,4 @@
-"""Which tool a turn must call (voice_agent/brain/tool_choice.py): a search made while the caller's
+"""Which tool a turn must call (voice_agent/policy/tool_choice.py): a search made while the caller's
 latest words name a time is made again as the booking, and the tool's own question carries its
 intent to the caller's answer. The model's part is scripted; what is under test is which tool the
 brain asks the engine for, and that the guards still check the arguments."""
@@ -11,7 +11,8 @@ import json
 import pytest
 
 from voice_agent.brain import Brain, TurnResult
-from voice_agent.brain.tool_choice import (
+from voice_agent.brain.types import TurnEvent
+from voice_agent.policy.tool_choice import (
     booking_due,
     carried_tool,
     correction_due,
@@ -23,7 +24,6 @@ from voice_agent.brain.tool_choice import (
     search_due,
     turn_tool_choice,
 )
-from voice_agent.brain.types import TurnEvent
 from voice_agent.scenarios import ScenarioError, load_scenario, parse_scenario
 
 SCENARIO = load_scenario("dental_clinic")
@@ -84,7 +84,8 @@ async def test_a_search_made_after_the_caller_named_a_time_is_made_again_as_the_
     assert turn_tool_choice(booking, SCENARIO.tools, SCENARIO.policy) == ("day and time", "book_appointment")
     # after a question for free times no booking has begun, so the model chooses, and its search is
     # made again as the booking
-    msgs = _turn("what do you have for a filling", "it's for joseph zimmermann could we do the 11th make it two thirty pm")
+    # (the name without a cue is no slot of the state, so the policy cannot make the call itself)
+    msgs = _turn("what do you have for a filling", "joseph zimmermann here could we do the 11th make it two thirty pm")
     assert turn_tool_choice(msgs, SCENARIO.tools, SCENARIO.policy) is None
     brain = ChoosingBrain({
         None: [_call("find_free_slots", date="the 11th", part_of_day="morning")],
@@ -113,11 +114,15 @@ async def test_the_booking_made_instead_still_goes_through_the_ask_guard():
 async def test_a_search_without_a_time_in_the_callers_latest_words_stays_a_search(line):
     # a caller asking for free times on a day is not booking yet: the turn searches that day (the
     # search needs only the day, which these words name), not the booking of the ten o'clock before
+    # the booking of the ten o'clock before: the policy makes the search itself, from the state
     brain = ChoosingBrain({"find_free_slots": [_call("find_free_slots", date="thursday")]})
     events = await _events(brain, _turn("i'd like a cleaning at ten", line))
-    assert brain.choices == [_named("find_free_slots")]
-    assert [c["function"]["name"] for c in events[-1].result.tool_calls] == ["find_free_slots"]
-    assert events[-1].result.metrics["tool_choice"] == {"intent": "find_free_slots"}
+    assert brain.choices == []  # no decode
+    (call,) = events[-1].result.tool_calls
+    assert call["function"]["name"] == "find_free_slots" and json.loads(call["function"]["arguments"])["date"] == "thursday"
+    assert events[-1].result.metrics["decided_by"] == "call_when_ready"
+    assert turn_tool_choice(_turn("i'd like a cleaning at ten", line), SCENARIO.tools, SCENARIO.policy) == (
+        "intent", "find_free_slots")  # the rule below the policy's call agrees
 
 
 def test_instead_reads_only_the_callers_latest_words_and_only_listed_tools():
@@ -134,23 +139,30 @@ async def test_the_tools_own_question_sends_the_callers_answer_to_that_tool():
     asked = SCENARIO.ask["cancel_appointment.patient_name"]
     msgs = _turn("hello i have to cancel my appointment", "it's for mikhail takahashi", asked=asked)
     assert carried_tool(msgs, SCENARIO.tools, SCENARIO.ask) == "cancel_appointment"
+    # The dialogue state holds the tool (its own question) and its only argument: the policy makes
+    # the call itself, with no decode.
     brain = ChoosingBrain({"cancel_appointment": [_call("cancel_appointment", patient_name="mikhail takahashi")]})
     events = await _events(brain, msgs)
-    assert brain.choices == [_named("cancel_appointment")]
+    assert brain.choices == []
     done = events[-1].result
-    assert [c["function"]["name"] for c in done.tool_calls] == ["cancel_appointment"]
-    assert done.metrics["tool_choice"] == {"carried": "cancel_appointment"}
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in done.tool_calls] == [
+        ("cancel_appointment", {"patient_name": "mikhail takahashi"})]
+    assert done.metrics["decided_by"] == "call_when_ready"
 
 
 async def test_after_the_plain_name_question_the_model_must_call_a_tool_of_its_choice():
     # held-out gen_039: v7 answered the name with "What day and you like instead of"
     msgs = _turn("a hygiene visit done make it twelve pm could we do wednesday", "it's for bilal akhtar",
                  asked=SCENARIO.ask["patient_name"])
-    brain = ChoosingBrain({"required": [_call("book_appointment", patient_name="bilal akhtar", date="wednesday",
-                                              time="twelve pm", service="cleaning")]})
+    assert carried_tool(msgs, SCENARIO.tools, SCENARIO.ask) == "required"
+    # The state holds the booking the caller is after (a service named) and, with the name, all it
+    # needs: the policy books, with no decode (v7 had looked such callers up instead).
+    brain = ChoosingBrain({"required": [_call("lookup_patient", patient_name="bilal akhtar")]})
     events = await _events(brain, msgs)
-    assert brain.choices == ["required"]
-    assert events[-1].result.metrics["tool_choice"] == {"carried": "required"}
+    assert brain.choices == []
+    (call,) = events[-1].result.tool_calls
+    assert call["function"]["name"] == "book_appointment" and json.loads(call["function"]["arguments"]) == {
+        "patient_name": "bilal akhtar", "date": "wednesday", "time": "twelve pm", "service": "cleaning"}
 
 
 async def test_a_carried_tool_still_asks_when_the_answer_holds_no_name():
@@ -257,8 +269,12 @@ async def test_a_search_that_failed_on_a_weekend_becomes_the_booking_when_the_ca
         "book_appointment": [_call("book_appointment", patient_name="oluwaseun adeyemi", date="monday", time="nine",
                                    service="checkup")]})
     events = await _events(brain, msgs)
-    assert brain.choices == [_named("find_free_slots"), _named("book_appointment")]
-    assert [c["function"]["name"] for c in events[-1].result.tool_calls] == ["book_appointment"]
+    # the state holds the booking (a checkup named), the name, and now the day and the time: the
+    # policy books with no decode (before it, the search was forced and remade as the booking)
+    assert brain.choices == []
+    (call,) = events[-1].result.tool_calls
+    assert call["function"]["name"] == "book_appointment" and json.loads(call["function"]["arguments"]) == {
+        "patient_name": "oluwaseun adeyemi", "date": "monday", "time": "nine", "service": "checkup"}
 
 
 @pytest.mark.parametrize(("line", "tool"), [
@@ -269,9 +285,9 @@ async def test_the_callers_words_for_a_tool_that_needs_only_the_name_make_the_tu
     name = line.split("for ")[-1].rstrip(".")
     brain = ChoosingBrain({tool: [_call(tool, patient_name=name)]})
     events = await _events(brain, _turn(line))
-    assert brain.choices == [_named(tool)]
-    assert events[-1].result.metrics["tool_choice"] == {"intent": tool}
-    assert json.loads(events[-1].result.tool_calls[0]["function"]["arguments"]) == {"patient_name": name}
+    assert brain.choices == []  # the state holds the tool (its intent) and the name: the policy calls it
+    assert events[-1].result.metrics["decided_by"] == "call_when_ready"
+    assert json.loads(events[-1].result.tool_calls[0]["function"]["arguments"]) == {"patient_name": name.lower()}
 
 
 async def test_an_intent_named_without_a_name_asks_the_tools_own_name_question():
@@ -410,8 +426,12 @@ async def test_a_time_named_right_after_a_bookings_read_back_moves_it():
     move = _call("move_appointment", patient_name="Sergio Mazur", new_date="the ninth", new_time="12:00")
     brain = ChoosingBrain({"move_appointment": [move]})
     events = await _events(brain, msgs)
-    assert brain.choices == [_named("move_appointment")]
-    assert events[-1].result.metrics["tool_choice"] == {"correction": "move_appointment"}
+    # the state holds the booking's arguments and the new time: the policy moves it with no decode
+    assert brain.choices == []
+    (call,) = events[-1].result.tool_calls
+    assert call["function"]["name"] == "move_appointment" and json.loads(call["function"]["arguments"]) == {
+        "patient_name": "sergio mazur", "new_date": "the ninth", "new_time": "12:00"}
+    assert events[-1].result.metrics["decided_by"] == "correct_done_call"
     # a service or an intent named, no day or time, a failed booking, or a caller turn in between:
     # left to the other rules and the model
     for line in ("and a cleaning for my son at ten", "can you cancel it", "thanks", "what about parking"):

@@ -80,7 +80,9 @@ def parse_choice(text: object, choices: Choices | None) -> str:
         raise ValueError(f"{text!r} names {'no' if not named else 'more than one'} choice")
     return named.pop()
 _ONE_OF = {"that", "this", "which", "later", "earlier", "first", "last", "other", "next", "second", "third",
-           "any", "no", "each", "morning", "afternoon", "early", "late", "best", "same"}
+           "any", "no", "each", "morning", "afternoon", "early", "late", "best", "same",
+           # "can I book one", "I need one": a thing, not one o'clock
+           "book", "get", "have", "need", "want", "take", "another", "just", "only", "a"}
 # Words after a number that make it a time of day, whatever comes before ("december ten am").
 _CLOCK_MARKS = {"am", "pm", "m", "o'clock", "oclock"}
 _TIME_VOCAB = {"am", "pm", "a", "m", "p", "in", "the", "morning", "afternoon", "evening", "o'clock", "oclock",
@@ -187,10 +189,18 @@ def _without_clock_number(span: tuple[int, int], words: list[str], today: dt.dat
     return span
 
 
+# Words that refuse what follows them within a few words ("I can't make it on Thursday": Thursday is
+# refused; "eleven, not ten": ten is).
+_NEGATORS = frozenset({"not", "cant", "cannot", "wont", "couldnt", "unable", "dont"})
+_REFUSAL_REACH = 5  # words between a negator and the phrase it refuses
+
+
 def _refused(before: list[str]) -> bool:
     while before and before[-1] in _GLUE:
         before = before[:-1]
-    return bool(before) and before[-1] in ("not", "instead")
+    if bool(before) and before[-1] in ("not", "instead"):
+        return True
+    return any(w.replace("'", "") in _NEGATORS for w in before[-_REFUSAL_REACH:])
 
 
 def value_of(phrase: str, kind: str, today: dt.date, choices: Choices | None = None) -> object:
@@ -315,12 +325,20 @@ def only_calendar_words(text: str) -> bool:
             and not all(w in _CALENDAR_GLUE for w in words))
 
 
+_CONTRACTED_IS = re.compile(r"\b(when|what|where|who|how|that|there|it|here)['’]s\b", re.IGNORECASE)
+
+
+def _expanded(text: str) -> str:
+    """"when's my visit" as "when is my visit": a phrase matches however it was contracted."""
+    return _CONTRACTED_IS.sub(r"\1 is", text)
+
+
 def said_intents(text: str, intents: dict[str, tuple[str, ...]]) -> set[str]:
     """The tools of `intents` ({tool: phrases}) whose phrases `text` says, as whole words ("call off my
     visit" says cancel_appointment's "call off"; apostrophes are ignored, so "cant" is "can't"). A
     hesitation inside a phrase is skipped: "call uh off my visit" is a cancel too (unseen seed-12
     gen_056 got the goodbye)."""
-    flat = " " + " ".join(w.replace("'", "") for w in _words(text) if w not in FILLERS) + " "
+    flat = " " + " ".join(w.replace("'", "") for w in _words(_expanded(text)) if w not in FILLERS) + " "
     return {tool for tool, phrases in intents.items()
             if any(f" {' '.join(w.replace(chr(39), '') for w in _words(p))} " in flat for p in phrases)}
 
@@ -341,6 +359,7 @@ def part_of_day(text: str, today: dt.date) -> str | None:
     return parts.pop() if len(parts) == 1 else None
 
 
+NAME_ARGUMENT = re.compile(r"(^|_)name$")  # a free-text argument that holds a person's name
 PHRASE_KINDS = ("day", "time", "choice")
 CHOSEN_KINDS = ("choice",)  # an enum choice: the caller's latest words decide it, whatever was said before
 COPIED_KINDS = ("day", "time")  # a copy of what was said: the caller's own phrase of its kind
@@ -358,5 +377,5 @@ def caller_turns(messages: list[dict]) -> list[str]:
     """The caller's words of each user message of an OpenAI-shaped conversation, oldest first."""
     return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
-__all__ = ["CHOSEN_KINDS", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_caller_words", "latest_said", "only_common_words",
+__all__ = ["CHOSEN_KINDS", "NAME_ARGUMENT", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_caller_words", "latest_said", "only_common_words",
            "only_calendar_words", "part_of_day", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -44,16 +44,16 @@ class CallPolicy:
     """The scenario's rules for a call's turns (scenario.yaml), the same in every framework:
     `ask` (argument -> the question to ask when nobody said it: brain/ask_guard.py), `instead` (tool ->
     {when_said: kind, call: other tool} or {after: tool, call: other tool}) and `intents` (tool -> the caller's phrases that ask for it),
-    both read by brain/tool_choice.py."""
+    both read by policy/tool_choice.py."""
 
     ask: dict[str, str] = field(default_factory=dict)
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
     intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # topic -> fact, and topic -> the caller's phrases that ask about it (brain/facts.py)
+    # topic -> fact, and topic -> the caller's phrases that ask about it (policy/facts.py)
     facts: dict[str, str] = field(default_factory=dict)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    greeting_reply: str = ""  # said to a caller who only greets (brain/greeting.py)
-    goodbye_reply: str = ""  # said to a caller who only closes the call (brain/closing.py)
+    greeting_reply: str = ""  # said to a caller who only greets (policy/greeting.py)
+    goodbye_reply: str = ""  # said to a caller who only closes the call (policy/closing.py)
     # enum value -> the caller's words for it, from the tools' `x-synonyms` ("a clean" is a cleaning)
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -72,14 +72,14 @@ class Scenario:
     # argument -> what to ask when a call's value for it was never said (voice_agent/brain/ask_guard.py)
     ask: dict[str, str] = field(default_factory=dict)
     # tool -> {when_said: kind, call: other tool}: such a call made while the caller's latest words name
-    # a phrase of that kind is made as the other tool (voice_agent/brain/tool_choice.py)
+    # a phrase of that kind is made as the other tool (voice_agent/policy/tool_choice.py)
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
     # tool -> the caller's phrases that ask for it ("call off" for cancel_appointment; tool_choice.py)
     intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # topic -> the caller's phrases that ask about that fact ("how much" for prices; brain/facts.py)
+    # topic -> the caller's phrases that ask about that fact ("how much" for prices; policy/facts.py)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    greeting_reply: str = ""  # said to a caller who only greets ("Good morning."; brain/greeting.py)
-    goodbye_reply: str = ""  # said to a caller who only closes ("that's all I needed"; brain/closing.py)
+    greeting_reply: str = ""  # said to a caller who only greets ("Good morning."; policy/greeting.py)
+    goodbye_reply: str = ""  # said to a caller who only closes ("that's all I needed"; policy/closing.py)
     folder: Path | None = None        # the pack's folder: backend.py, callers/
     backend: str | None = None        # "Class" in the pack's backend.py, "file.py:Class" or "package.module:Class"
     webhook: dict | None = None       # {url, timeout_s, retries, headers}: tools over HTTP instead

@@ -49,6 +49,7 @@ from voice_agent.said_phrases import (
     CHOSEN_KINDS,
     COPIED_KINDS,
     HESITATIONS,
+    NAME_ARGUMENT,
     PHRASE_KINDS,
     Choices,
     as_argument,
@@ -65,7 +66,6 @@ from voice_agent.scenarios import argument_choices, ask_question, today_of
 
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
-NAME_ARGUMENT = re.compile(r"(^|_)name$")  # a free-text argument that holds a person's name
 
 
 @dataclass(frozen=True)

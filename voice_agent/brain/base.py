@@ -35,12 +35,11 @@ from voice_agent.brain.ask_guard import (
     partial_call,
     unsaid_before_decoded,
 )
-from voice_agent.brain.closing import goodbye_answer
-from voice_agent.brain.facts import fact_answer
-from voice_agent.brain.greeting import greeting_answer
-from voice_agent.brain.tool_choice import instead_tool, named, turn_tool_choice
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
+from voice_agent.policy.decisions import Decision, as_tool_call, decide
+from voice_agent.policy.state import DialogueState, StateTracker
+from voice_agent.policy.tool_choice import instead_tool, named
 from voice_agent.scenarios import CallPolicy
 
 TURN_PARAMS = ("tools", "tool_choice", "reasoning_effort", "max_tokens", "temperature", "seed", "stop")
@@ -55,6 +54,7 @@ class Brain(ABC):
         # grounded argument nobody said becomes the question (ask_guard.py); the tool a turn must call
         # where the conversation has decided it (tool_choice.py).
         self.policy = CallPolicy()
+        self._tracker: StateTracker | None = None  # the call's DialogueState (voice_agent/policy/state.py)
 
     @property
     @abstractmethod
@@ -66,22 +66,21 @@ class Brain(ABC):
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
         msgs = self.trimmer.apply(messages)
-        # The scenario's own words answer this turn, with no decode (never when the client chose the tool).
-        scripted = self._scripted(msgs) if params.get("tool_choice") in (None, "auto") else None
-        if scripted is not None:
-            text, metrics = scripted
-            yield TurnEvent("answer", text)
-            yield TurnEvent("done", result=TurnResult(text=text, reasoning="", tool_calls=[], tool_errors=[],
-                                                      finish_reason="stop", metrics=metrics))
-            return
-        chosen: dict[str, str] = {}
-        if params.get("tools") and params.get("tool_choice") in (None, "auto"):
-            decided = turn_tool_choice(msgs, params["tools"], self.policy)
-            if decided is not None:
-                why, choice = decided
-                logger.info(f"the conversation decides tool_choice {choice!r} ({why}; brain/tool_choice.py)")
+        chosen: dict[str, Any] = {}
+        if params.get("tool_choice") in (None, "auto"):  # never when the client chose the tool
+            # The policy's first point: before the decode (voice_agent/policy/decisions.py).
+            decision = decide(self._state(msgs, params.get("tools")), msgs)
+            if decision is not None and (decision.say is not None or decision.call is not None):
+                logger.info(f"the policy decides the turn: {decision.name}")
+                if decision.say:
+                    yield TurnEvent("answer", decision.say)
+                yield from_policy(decision, self._state(msgs, params.get("tools")).turn)
+                return
+            if decision is not None and decision.tool_choice and params.get("tools"):
+                logger.info(f"the policy decides tool_choice {decision.tool_choice!r} ({decision.name})")
+                choice = decision.tool_choice
                 params = {**params, "tool_choice": choice if choice == "required" else named(choice)}
-                chosen = {why: choice}
+                chosen = {**decision.metrics, "decided_by": decision.name}
         while True:
             started = answered = False
             try:
@@ -141,20 +140,11 @@ class Brain(ABC):
                     continue
                 yield _noted(ev, {"instead": tool, **cost})
 
-    def _scripted(self, msgs: list[dict]) -> tuple[str, dict] | None:
-        """A turn the scenario answers in its own words: a greeting only (brain/greeting.py), a
-        closing only (brain/closing.py), or a question about the clinic's facts only (brain/facts.py)."""
-        if (reply := greeting_answer(msgs, self.policy)) is not None:
-            logger.info("the caller only greets: the scenario's greeting_reply (brain/greeting.py)")
-            return reply, {"answered_greeting": True}
-        if (reply := goodbye_answer(msgs, self.policy)) is not None:
-            logger.info("the caller only closes the call: the scenario's goodbye_reply (brain/closing.py)")
-            return reply, {"answered_goodbye": True}
-        if (answered := fact_answer(msgs, self.policy)) is not None:
-            topics, text = answered
-            logger.info(f"the caller asks about {', '.join(topics)}: answered from the facts (brain/facts.py)")
-            return text, {"answered_from_facts": topics}
-        return None
+    def _state(self, msgs: list[dict], tools: list[dict] | None) -> DialogueState:
+        """The call's dialogue state, fed the messages it has not seen (one tracker per policy)."""
+        if self._tracker is None or self._tracker.policy is not self.policy:
+            self._tracker = StateTracker(self.policy)
+        return self._tracker.read(msgs, tools)
 
     def _ask_early(self, ev: TurnEvent, msgs: list[dict], params: dict, check_instead: bool) -> list[TurnEvent] | None:
         """The question, when the call being written (a "tool_args" event) already decides that the
@@ -199,6 +189,15 @@ class Brain(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - most brains hold nothing to release
         """Release what the brain holds (connections)."""
+
+
+def from_policy(decision: Decision, turn: int) -> TurnEvent:
+    """The turn's "done" when the policy decided it with no decode: words to say, or a call whose
+    arguments the state holds."""
+    calls = [as_tool_call(decision, turn)] if decision.call is not None else []
+    metrics = {**decision.metrics, "decided_by": decision.name}
+    return TurnEvent("done", result=TurnResult(text=decision.say or "", reasoning="", tool_calls=calls, tool_errors=[],
+                                               finish_reason="tool_calls" if calls else "stop", metrics=metrics))
 
 
 def _noted(ev: TurnEvent, chosen: dict[str, Any]) -> TurnEvent:

@@ -194,6 +194,66 @@ def parse_email(text: object, ctx: KindContext) -> str:
     return t
 
 
+# -- finders: a value of a kind inside a longer sentence ------------------------------------------------
+
+_PLATE_STOP = frozenset({"the", "for", "and", "is", "at", "on", "in", "my", "it", "its", "it's", "an", "to", "of", "me",
+                         "by", "or", "so", "um", "uh", "oh", "reg", "car", "yes", "no", "ok", "mot", "hi", "we", "be"})
+
+
+def _plate_token(w: str) -> bool:
+    return (len(w) == 1 and w.isalpha()) or w in _PHONETIC or (w in _DIGIT_WORDS and w not in ("o", "oh")) or (
+        any(c.isdigit() for c in w) and w.isalnum() and len(w) <= 7) or (w.isalpha() and len(w) in (2, 3)
+                                                                           and w not in _PLATE_STOP)
+
+
+def find_plate(text: str) -> str | None:
+    """The registration spelled out somewhere in `text` ("the reg is A B one two C D E and ..."): the
+    longest run of letters, digits and short letter groups that reads as one; None when none does."""
+    words = " ".join(w.strip(".") for w in _words(text, "the registration")).replace("x ray", "xray").split() \
+        if str(text).strip() else []
+    best: str | None = None
+    i = 0
+    while i < len(words):
+        j = i
+        while j < len(words) and _plate_token(words[j]):
+            j += 1
+        for start in range(i, j):
+            for end in range(j, start, -1):
+                try:
+                    plate = parse_plate(" ".join(words[start:end]), KindContext())
+                except KindError:
+                    continue
+                if len(plate) >= 5 and (best is None or len(plate) > len(best)):
+                    best = plate
+                break
+        i = max(j, i + 1)
+    return best
+
+
+def find_digits(text: str, at_least: int = 4) -> str | None:
+    """The longest run of digits said in a row ("my number is five five five, oh one four two"):
+    a phone or account number inside a sentence; None when no run has `at_least` digits."""
+    runs: list[str] = []
+    run: list[str] = []
+    repeat = 1
+    for w in (w.strip(".") for w in _words(text, "the number")) if str(text).strip() else []:
+        if w in ("double", "triple"):
+            repeat = 2 if w == "double" else 3
+            continue
+        d = _DIGIT_WORDS.get(w) if w != "o" else None
+        if d is None and re.fullmatch(r"\+?\d+", w):
+            d = w.lstrip("+")
+        if d is None:
+            runs.append("".join(run))
+            run, repeat = [], 1
+            continue
+        run.append(d * repeat if len(d) == 1 else d)
+        repeat = 1
+    runs.append("".join(run))
+    best = max(runs, key=len)
+    return best if len(best) >= at_least else None
+
+
 PARSERS: dict[str, Callable[[object, KindContext], object]] = {
     "date": parse_date, "time": parse_clock_time, "person_name": parse_person_name, "integer": parse_integer,
     "phone_number": parse_phone_number, "plate": parse_plate, "enum": parse_enum, "text": parse_text,
@@ -227,4 +287,5 @@ def day_words(value: str) -> str:
     return spoken_day(dt.date.fromisoformat(value))
 
 
-__all__ = ["HESITATIONS", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "parse", "spoken_digits"]
+__all__ = ["HESITATIONS", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "find_digits", "find_plate", "parse",
+           "spoken_digits"]

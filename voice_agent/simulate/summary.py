@@ -24,7 +24,8 @@ from voice_agent.simulate.grade import speakable_problems
 from voice_agent.simulate.transcript import CallRecord, TurnRecord
 
 # The metrics a brain adds when the policy, not the model, decided a turn's action (brain/base.py).
-POLICY_MARKS = ("answered_greeting", "answered_goodbye", "answered_from_facts", "tool_choice", "asked_instead_of_call")
+POLICY_MARKS = ("decided_by", "answered_greeting", "answered_goodbye", "answered_from_facts", "tool_choice",
+                "asked_instead_of_call")
 
 
 def decided_by(turn: TurnRecord) -> list[str]:

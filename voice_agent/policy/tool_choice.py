@@ -54,9 +54,9 @@ from __future__ import annotations
 import json
 
 from engine.grounding import GROUNDED_KEY
-from voice_agent.brain.ask_guard import NAME_ARGUMENT
 from voice_agent.said_phrases import (
     COPIED_KINDS,
+    NAME_ARGUMENT,
     PHRASE_KINDS,
     caller_turns,
     latest_said,

@@ -1,0 +1,270 @@
+"""`DialogueState`: what a call has established so far, updated once per message.
+
+    state = DialogueState(tools, policy, today)
+    for message in messages:
+        state.update(message)
+    state.slots["date"]          # Slot(words="next monday", turn=2): the caller's latest day
+    state.wanted                 # "book_appointment": the tool the caller is after
+    state.asked                  # ("book_appointment", "patient_name"): what the agent's last question asked
+
+Slots are kept by argument kind (the tools' `x-kind`), so they are the scenario's, not a dental
+diary's: a date, a time, a person's name, digits, a plate, and each enum argument's choice by the
+argument's name. A slot is the caller's own words (tools parse them with the pack's hours), with the
+caller turn it was said in; a value the caller refused ("ten, not half past nine") is never a slot.
+
+The tool the caller is after (`wanted`) is set by the caller's words or the agent's question, newest
+first:
+- the caller names one tool's `intents` phrases ("cancel", "move my");
+- the agent asked a tool's own question (`ask: tool.argument`);
+- the caller names a value of an enum argument of a tool that has no intent phrases (naming a
+  service is booking one, naming a plan is changing to it).
+It is cleared when that tool succeeds (`done`), which keeps the call's arguments for a correction.
+
+`StateTracker` keeps one state per call and feeds it only the messages it has not seen; a history
+that was trimmed or rewritten is read again from the start.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.grounding import grounding_mark
+from voice_agent.policy.kinds import HESITATIONS, KindContext, KindError, find_digits, find_plate, parse
+from voice_agent.said_phrases import (
+    latest_said,
+    only_calendar_words,
+    only_common_words,
+    said_intents,
+    said_name,
+)
+from voice_agent.scenarios import SYNONYMS_KEY, CallPolicy, today_of
+
+KIND_OF_MARK = {"day": "date", "time": "time", True: "person_name", "choice": "enum"}
+MAX_BARE_NAME_WORDS = 4  # a reply to the name question that is longer is not only a name
+
+
+@dataclass(frozen=True)
+class Slot:
+    words: str      # what the caller said (an enum: the value itself)
+    turn: int       # the caller turn it was said in (0-based)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    tool: str
+    arguments: dict
+    result: Any
+    turn: int       # the caller turn it answered
+
+    @property
+    def ok(self) -> bool:
+        return not (isinstance(self.result, dict) and "error" in self.result)
+
+
+@dataclass
+class DialogueState:
+    tools: list[dict]
+    policy: CallPolicy
+    today: dt.date = field(default_factory=dt.date.today)
+    turn: int = -1                                       # the latest caller turn (0-based); -1 before any
+    slots: dict[str, Slot] = field(default_factory=dict)
+    wanted: str | None = None                            # the tool the caller is after
+    wanted_turn: int = -1
+    asked: tuple[str, str] | None = None                 # (tool or "", argument) the agent's last question asked for
+    outcomes: list[Outcome] = field(default_factory=list)
+    caller_words: list[str] = field(default_factory=list)
+    _pending: dict[str, tuple[str, dict]] = field(default_factory=dict)  # call id -> (tool, arguments)
+
+    # -- what the tools take ---------------------------------------------------------------------
+    def kinds(self, tool: str) -> dict[str, str]:
+        """Argument -> kind for one tool: its `x-kind`, else the kind its grounding mark implies."""
+        props = self._props(tool)
+        out = {}
+        for arg, spec in props.items():
+            kind = spec.get("x-kind") if isinstance(spec, dict) else None
+            kind = kind or KIND_OF_MARK.get(grounding_mark(spec))  # type: ignore[arg-type]
+            if kind:
+                out[arg] = kind
+        return out
+
+    def required(self, tool: str) -> list[str]:
+        fn = self._fn(tool)
+        return list(((fn or {}).get("parameters") or {}).get("required") or [])
+
+    def slot_for(self, tool: str, arg: str) -> Slot | None:
+        kind = self.kinds(tool).get(arg)
+        return None if kind is None else self.slots.get(arg if kind == "enum" else kind)
+
+    def _fn(self, tool: str) -> dict | None:
+        return next((t["function"] for t in self.tools if t["function"]["name"] == tool), None)
+
+    def _props(self, tool: str) -> dict:
+        return ((self._fn(tool) or {}).get("parameters") or {}).get("properties") or {}
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+    def succeeded(self, tool: str) -> list[Outcome]:
+        return [o for o in self.outcomes if o.tool == tool and o.ok]
+
+    # -- one message at a time ---------------------------------------------------------------------
+    def update(self, message: dict) -> None:
+        role = message.get("role")
+        if role == "user" and isinstance(message.get("content"), str):
+            self._caller(message["content"])
+        elif role == "assistant":
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                self._pending[call.get("id", "")] = (fn.get("name", ""), _as_dict(fn.get("arguments")))
+            text = message.get("content")
+            if isinstance(text, str) and text.strip() and not message.get("tool_calls"):
+                self.asked = self._question(text.strip())
+        elif role == "tool":
+            tool, args = self._pending.pop(message.get("tool_call_id", ""), ("", {}))
+            if tool:
+                outcome = Outcome(tool, args, _as_dict(message.get("content")), self.turn)
+                self.outcomes.append(outcome)
+                if outcome.ok and tool == self.wanted:
+                    self.wanted = None  # served; its arguments stay in the outcome for a correction
+
+    def _caller(self, text: str) -> None:
+        self.turn += 1
+        self.caller_words.append(text)
+        asked, self.asked = self.asked, None
+        for key, words in self._slots_in(text, asked).items():
+            self.slots[key] = Slot(words, self.turn)
+        named = said_intents(text, self.policy.intents) & set(self.tool_names)
+        if len(named) == 1:
+            self._want(next(iter(named)))
+        elif not named and asked and asked[0] in self.tool_names:
+            self._want(asked[0])
+        if not named:
+            chosen = self._enum_choice_tool(text)
+            if chosen and (self.wanted is None or self.wanted_turn < self.turn):
+                self._want(chosen)
+
+    def _want(self, tool: str) -> None:
+        self.wanted, self.wanted_turn = tool, self.turn
+
+    def _enum_choice_tool(self, text: str) -> str | None:
+        """The one tool without intent phrases that takes an enum value the caller named."""
+        hits = set()
+        for tool in self.tool_names:
+            if tool in self.policy.intents:
+                continue
+            for arg, kind in self.kinds(tool).items():
+                if kind == "enum" and latest_said("choice", [text], self.today, self._choices(tool, arg)):
+                    hits.add(tool)
+        return hits.pop() if len(hits) == 1 else None
+
+    def _choices(self, tool: str, arg: str) -> dict[str, tuple[str, ...]]:
+        spec = self._props(tool).get(arg) or {}
+        synonyms = spec.get(SYNONYMS_KEY) or {}
+        return {str(v): (str(v), *synonyms.get(v, ())) for v in spec.get("enum") or []}
+
+    def _slots_in(self, text: str, asked: tuple[str, str] | None) -> dict[str, str]:
+        """Slot key -> the caller's words, for every kind the tools take that `text` names."""
+        kinds = {(arg if kind == "enum" else kind): (tool, arg, kind)
+                 for tool in self.tool_names for arg, kind in self.kinds(tool).items()}
+        out: dict[str, str] = {}
+        ctx = KindContext(today=self.today)
+        asked_kind = self.kinds(asked[0]).get(asked[1]) if asked and asked[0] else _kind_of_arg(self, asked)
+        for key, (tool, arg, kind) in kinds.items():
+            words = None
+            if kind == "date":
+                words = latest_said("day", [text], self.today)
+            elif kind == "time":
+                words = latest_said("time", [text], self.today)
+            elif kind == "enum":
+                words = latest_said("choice", [text], self.today, self._choices(tool, arg))
+                if words is not None:
+                    words = str(parse("enum", words, KindContext(choices=self._choices(tool, arg))))
+            elif kind == "person_name":
+                words = said_name([text])
+                if words is None and asked_kind == "person_name":
+                    words = _bare_name(text)
+            elif kind == "phone_number":  # a number said in passing is a whole one; asked for, any length
+                words = find_digits(text, at_least=4 if asked_kind == kind else 7)
+            elif kind == "plate":
+                words = find_plate(text)
+            elif kind in ("integer", "email") and asked_kind == kind:
+                try:
+                    words = str(parse(kind, text, ctx))
+                except KindError:
+                    words = None
+            if words:
+                out[key] = words
+        return out
+
+    def _question(self, text: str) -> tuple[str, str] | None:
+        """(tool or "", argument) of the `ask` question the agent's text is; None when it is none."""
+        for key, question in self.policy.ask.items():
+            if question.strip() == text:
+                tool, _, arg = key.rpartition(".")
+                return tool, arg
+        return None
+
+
+def _kind_of_arg(state: DialogueState, asked: tuple[str, str] | None) -> str | None:
+    """The kind of an argument asked for by its plain question (any tool that takes it)."""
+    if not asked:
+        return None
+    for tool in state.tool_names:
+        kind = state.kinds(tool).get(asked[1])
+        if kind:
+            return kind
+    return None
+
+
+def _bare_name(text: str) -> str | None:
+    """A reply to the name question that is only a name ("Peter Grant.", "it's jane doherty"): two to
+    four words once cue words are gone, none of them a common word, a day or a time."""
+    try:
+        name = str(parse("person_name", text, KindContext()))
+    except KindError:
+        return None
+    words = name.split()
+    rest = [w for w in re.findall(r"[a-z']+", text.lower()) if w not in HESITATIONS]
+    if (not 2 <= len(words) <= MAX_BARE_NAME_WORDS or len(rest) > len(words) + 3
+            or any(only_common_words(w) or only_calendar_words(w) for w in words)):
+        return None
+    return name.lower()
+
+
+def _as_dict(value: object) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+class StateTracker:
+    """One call's `DialogueState`, fed each message once."""
+
+    def __init__(self, policy: CallPolicy) -> None:
+        self.policy = policy
+        self._seen: list[dict] = []
+        self._tools_key = ""
+        self.state: DialogueState | None = None
+
+    def read(self, messages: list[dict], tools: list[dict] | None) -> DialogueState:
+        key = json.dumps([t["function"]["name"] for t in tools or []])
+        prefix = len(self._seen)
+        if (self.state is None or key != self._tools_key or len(messages) < prefix
+                or messages[:prefix] != self._seen):
+            self.state = DialogueState(list(tools or []), self.policy, today_of(messages))
+            self._tools_key, self._seen, prefix = key, [], 0
+        for m in messages[prefix:]:
+            self.state.update(m)
+        self._seen = list(messages)
+        return self.state
+
+
+__all__ = ["DialogueState", "Outcome", "Slot", "StateTracker"]
