@@ -80,7 +80,7 @@ class Brain(ABC):
                 logger.info(f"the policy decides tool_choice {decision.tool_choice!r} ({decision.name})")
                 choice = decision.tool_choice
                 params = {**params, "tool_choice": choice if choice == "required" else named(choice)}
-                chosen = {**decision.metrics, "decided_by": decision.name}
+                chosen = {**decision.metrics.get("tool_choice", {}), "decided_by": decision.name}
         while True:
             started = answered = False
             try:
@@ -201,7 +201,11 @@ def from_policy(decision: Decision, turn: int) -> TurnEvent:
 
 
 def _noted(ev: TurnEvent, chosen: dict[str, Any]) -> TurnEvent:
-    """`ev`, its result's metrics recording which tool the turn was made to call (`tool_choice`)."""
+    """`ev`, its result's metrics recording which tool the turn was made to call (`tool_choice`) and
+    which decision of the policy made it (`decided_by`)."""
     if ev.type != "done" or ev.result is None or not chosen:
         return ev
-    return replace(ev, result=replace(ev.result, metrics={**ev.result.metrics, "tool_choice": chosen}))
+    choice = {k: v for k, v in chosen.items() if k != "decided_by"}
+    decided = chosen.get("decided_by") or f"conversation_tool ({next(iter(choice), 'instead')})"
+    return replace(ev, result=replace(ev.result, metrics={**ev.result.metrics, "tool_choice": choice,
+                                                           "decided_by": decided}))

@@ -9,9 +9,9 @@
 | --- | --- | --- |
 | 1 | `greeting_only` | the caller only greets: the scenario's `greeting_reply` |
 | 2 | `closing_only` | the caller only closes the call: the scenario's `goodbye_reply` |
-| 3 | `facts_only` | the caller only asks about the scenario's facts: those facts, word for word |
-| 4 | `correct_done_call` | the caller changes a value of a call that succeeded, and the scenario says which tool changes it (`instead: {after: T, call: M}`): M, with the new value and the rest of T's arguments |
-| 5 | `call_when_ready` | the tool the caller is after has every argument it needs in the state, one of them just said: that call |
+| 3 | `correct_done_call` | the caller changes a value of a call that succeeded, and the scenario says which tool changes it (`instead: {after: T, call: M}`): M, with the new value and the rest of T's arguments |
+| 4 | `call_when_ready` | the tool the caller is after has every argument it needs in the state, one of them just said: that call |
+| 5 | `facts_only` | the caller only asks about the scenario's facts (no call is ready): those facts, word for word |
 | 6 | `conversation_tool` | the conversation has decided the tool (policy/tool_choice.py): the model writes its arguments |
 
 A call being written is checked at the second point, when the model writes it (brain/ask_guard.py):
@@ -135,7 +135,7 @@ def conversation_tool(state: DialogueState, messages: list[dict]) -> Decision | 
 
 
 DECISIONS: list[Callable[[DialogueState, list[dict]], Decision | None]] = [
-    greeting_only, closing_only, facts_only, correct_done_call, call_when_ready, conversation_tool]
+    greeting_only, closing_only, correct_done_call, call_when_ready, facts_only, conversation_tool]
 
 
 def decide(state: DialogueState, messages: list[dict]) -> Decision | None:

@@ -1,0 +1,182 @@
+"""The dialogue state (voice_agent/policy/state.py) and each decision of the policy
+(voice_agent/policy/decisions.py), alone, on a scenario written here: a restaurant that no code knows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from voice_agent.policy import decisions as D
+from voice_agent.policy.state import DialogueState, StateTracker
+from voice_agent.scenarios import parse_scenario
+
+TODAY = dt.date(2026, 12, 1)  # a Tuesday
+RESTAURANT = parse_scenario({
+    "name": "trattoria",
+    "system_prompt": "You take table bookings for Trattoria Sole.",
+    "opening_hours": "17:00-23:00",
+    "greeting_reply": "Hello! How can I help?",
+    "goodbye_reply": "Thanks for calling Trattoria Sole. Goodbye!",
+    "facts": {"hours": "Every evening, 5 pm to 11 pm."},
+    "fact_questions": {"hours": ["when are you open", "opening hours"]},
+    "ask": {"guest_name": "What name is the table under?", "cancel_table.guest_name": "Sure. What name is it under?",
+            "book_table.seating": "Inside or on the terrace?"},
+    "intents": {"cancel_table": ["cancel"], "find_tables": ["anything free", "do you have"]},
+    "instead": {"find_tables": {"when_said": "time", "call": "book_table"},
+                "book_table": {"after": "book_table", "call": "change_table"}},
+    "tools": [
+        {"name": "find_tables", "parameters": {"type": "object", "properties": {
+            "date": {"type": "string", "x-kind": "date"}}, "required": ["date"]}},
+        {"name": "book_table", "parameters": {"type": "object", "properties": {
+            "guest_name": {"type": "string", "x-kind": "person_name"},
+            "date": {"type": "string", "x-kind": "date"}, "time": {"type": "string", "x-kind": "time"},
+            "seating": {"type": "string", "enum": ["inside", "terrace"], "x-kind": "enum",
+                        "x-synonyms": {"terrace": ["outside", "outdoors"]}}},
+            "required": ["guest_name", "date", "time"]}},
+        {"name": "change_table", "parameters": {"type": "object", "properties": {
+            "guest_name": {"type": "string", "x-kind": "person_name"},
+            "new_date": {"type": "string", "x-kind": "date"}, "new_time": {"type": "string", "x-kind": "time"}},
+            "required": ["guest_name", "new_date", "new_time"]}},
+        {"name": "cancel_table", "parameters": {"type": "object", "properties": {
+            "guest_name": {"type": "string", "x-kind": "person_name"}}, "required": ["guest_name"]}},
+    ],
+})
+SYSTEM = {"role": "system", "content": RESTAURANT.system_prompt_for(TODAY)}
+
+
+def convo(*turns: str | dict) -> list[dict]:
+    """Caller lines as user messages; a dict is put in as it is (the agent's words, a call, a result)."""
+    return [SYSTEM, *({"role": "user", "content": t} if isinstance(t, str) else t for t in turns)]
+
+
+def agent(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def booked(args: dict) -> list[dict]:
+    return [{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "book_table", "arguments": json.dumps(args)}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"booked": True})},
+            agent("You're booked. Anything else?")]
+
+
+def state_of(msgs: list[dict]) -> DialogueState:
+    return StateTracker(RESTAURANT.policy).read(msgs, RESTAURANT.tools)
+
+
+# -- the state ------------------------------------------------------------------------------------
+
+def test_slots_are_kept_by_kind_with_the_turn_they_were_said_in():
+    s = state_of(convo("a table on the terrace friday at seven please", agent("What name is the table under?"),
+                       "Giulia Bianchi"))
+    assert {k: (v.words, v.turn) for k, v in s.slots.items()} == {
+        "date": ("friday", 0), "time": ("seven", 0), "seating": ("terrace", 0), "person_name": ("giulia bianchi", 1)}
+
+
+def test_a_refused_value_is_no_slot_and_the_newest_value_wins():
+    s = state_of(convo("friday at seven", "sorry, eight not seven"))
+    assert s.slots["time"].words == "eight" and s.slots["date"].words == "friday"
+    assert "date" not in state_of(convo("I can't do thursday")).slots
+
+
+def test_the_tool_wanted_comes_from_intents_questions_and_enum_choices():
+    assert state_of(convo("I need to cancel")).wanted == "cancel_table"                          # intent phrase
+    assert state_of(convo("a table outside please")).wanted == "book_table"                      # its enum named
+    asked = convo("hello", agent(RESTAURANT.ask["cancel_table.guest_name"]), "Marco Polo")
+    assert state_of(asked).wanted == "cancel_table"                                              # its own question
+    assert state_of(convo("hello there")).wanted is None
+
+
+def test_a_successful_call_clears_the_wanted_tool_and_keeps_its_outcome():
+    s = state_of(convo("terrace friday at seven, Giulia Bianchi", *booked({"guest_name": "giulia bianchi"})))
+    assert s.wanted is None and [o.tool for o in s.succeeded("book_table")] == ["book_table"]
+
+
+def test_the_tracker_reads_only_new_messages_and_restarts_on_a_rewritten_history():
+    tracker = StateTracker(RESTAURANT.policy)
+    msgs = convo("a table friday")
+    first = tracker.read(msgs, RESTAURANT.tools)
+    assert tracker.read([*msgs, agent("What time?"), {"role": "user", "content": "seven"}], RESTAURANT.tools) is first
+    assert first.turn == 1 and first.slots["time"].words == "seven"
+    again = tracker.read(convo("cancel please"), RESTAURANT.tools)
+    assert again is not first and again.wanted == "cancel_table"
+
+
+def test_an_hour_said_without_am_or_pm_is_read_inside_the_scenarios_hours():
+    assert RESTAURANT.hours is not None and RESTAURANT.hours.holds(19, 0) and not RESTAURANT.hours.holds(7, 0)
+
+
+# -- each decision alone ---------------------------------------------------------------------------
+
+def test_greeting_only():
+    d = D.greeting_only(state_of(convo("good evening")), convo("good evening"))
+    assert d is not None and d.say == RESTAURANT.greeting_reply
+    assert D.greeting_only(state_of(convo("hi, a table friday")), convo("hi, a table friday")) is None
+
+
+def test_closing_only():
+    msgs = convo("great, that's all, bye")
+    assert D.closing_only(state_of(msgs), msgs).say == RESTAURANT.goodbye_reply
+    assert D.closing_only(state_of(convo("thanks")), convo("thanks")) is None
+
+
+def test_facts_only():
+    msgs = convo("when are you open?")
+    assert D.facts_only(state_of(msgs), msgs).say.startswith("Every evening, 5 pm to 11 pm.")
+    assert D.facts_only(state_of(convo("cancel, when are you open")), convo("cancel, when are you open")) is None
+
+
+def test_call_when_ready_makes_the_call_once_the_last_argument_is_said():
+    msgs = convo("a table friday at seven on the terrace", agent(RESTAURANT.ask["guest_name"]), "Giulia Bianchi")
+    d = D.call_when_ready(state_of(msgs), msgs)
+    assert d.call == ("book_table", {"guest_name": "giulia bianchi", "date": "friday", "time": "seven",
+                                     "seating": "terrace"})
+
+
+@pytest.mark.parametrize("turns", [
+    ("a table friday at seven",),                                        # no name yet
+    ("a table friday at seven, Giulia Bianchi",),                        # the seating the scenario asks for: unsaid
+    ("a table outside friday at seven, Giulia Bianchi", agent("Anything else?"), "thanks"),  # nothing new said
+])
+def test_call_when_ready_waits_for_what_is_missing_or_new(turns):
+    msgs = convo(*turns)
+    assert D.call_when_ready(state_of(msgs), msgs) is None
+
+
+def test_call_when_ready_follows_the_scenarios_instead_rule():
+    msgs = convo("do you have anything friday at seven outside? it's for Giulia Bianchi")
+    assert D.call_when_ready(state_of(msgs), msgs).call[0] == "book_table"     # a time named: not the search
+    msgs = convo("do you have anything friday?")
+    assert D.call_when_ready(state_of(msgs), msgs).call == ("find_tables", {"date": "friday"})
+
+
+def test_correct_done_call_changes_what_succeeded_with_the_new_value_and_the_rest_as_it_was():
+    msgs = convo("terrace friday at seven, Giulia Bianchi",
+                 *booked({"guest_name": "giulia bianchi", "date": "friday", "time": "seven", "seating": "terrace"}),
+                 "actually can we make it eight")
+    d = D.correct_done_call(state_of(msgs), msgs)
+    assert d.call == ("change_table", {"guest_name": "giulia bianchi", "new_date": "friday", "new_time": "eight"})
+    same = convo("terrace friday at seven, Giulia Bianchi",
+                 *booked({"guest_name": "giulia bianchi", "date": "friday", "time": "seven", "seating": "terrace"}),
+                 "see you friday at seven then")
+    assert D.correct_done_call(state_of(same), same) is None                  # the same values: nothing to change
+
+
+def test_conversation_tool_is_the_lowest_priority_and_names_a_tool_for_the_model():
+    assert D.DECISIONS[-1] is D.conversation_tool
+    assert [d.__name__ for d in D.DECISIONS] == ["greeting_only", "closing_only", "correct_done_call",
+                                                "call_when_ready", "facts_only", "conversation_tool"]
+
+
+def test_decide_takes_the_first_decision_in_priority():
+    msgs = convo("a table friday at seven outside, the name is Giulia Bianchi, and when are you open?")
+    made = D.decide(state_of(msgs), msgs)
+    assert made is not None and made.name == "call_when_ready"  # a ready call comes before a fact question
+    assert D.decide(state_of(convo("hmm")), convo("hmm")) is None
+
+
+def test_a_policy_call_is_openai_shaped():
+    call = D.as_tool_call(D.Decision("call_when_ready", call=("cancel_table", {"guest_name": "marco polo"})), 3)
+    assert call["type"] == "function" and json.loads(call["function"]["arguments"]) == {"guest_name": "marco polo"}
