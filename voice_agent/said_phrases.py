@@ -271,7 +271,7 @@ def refused_latest(kind: str, user_turns: list[str], today: dt.date) -> set[obje
 
 # Words that introduce a name ("it's" and "its": ASR drops the apostrophe), longest first.
 _NAME_CUES = sorted((tuple(c.split()) for c in (
-    "my name is", "my names", "the name is", "the names", "name is", "this is", "its for", "it is for", "its",
+    "my name is", "my names", "the name is", "the names", "name is", "names", "name", "this is", "its for", "it is for", "its",
     "it is", "im", "i am", "under", "put it under", "for a mister", "for mister", "for miss", "for ms", "for mrs")),
     key=len, reverse=True)
 # Hesitations ASR writes down ("it's for kofi rahman like"); never part of a name.
@@ -284,6 +284,7 @@ did do does doing dont down else evening fine for free from get give going good 
 help here hey hi hoping how i id if ill im in is it its just know later let lets like looking make me mine
 morning move my name need new next no not now of off ok okay on one or our out over patient please put really
 reschedule right say see should so some someone something soon sorry speaking still sure than thank thanks
+registration reg plate number card account phone mobile email address car
 that thats the them then there this time to today tomorrow too trying up urgent us visit want wanted was
 we well were what whats when where which who will with would yeah yes you your""".split())
 

@@ -209,9 +209,23 @@ def _plate_token(w: str) -> bool:
 def find_plate(text: str) -> str | None:
     """The registration spelled out somewhere in `text` ("the reg is A B one two C D E and ..."): the
     longest run of letters, digits and short letter groups that reads as one; None when none does."""
+    found = _plate_run(text)
+    return None if found is None else found[0]
+
+
+def without_plate(text: str) -> str:
+    """`text` without the words of the registration in it (so its "one two" is no time of day)."""
+    found = _plate_run(text)
+    if found is None:
+        return text
+    _, start, end, words = found
+    return " ".join(words[:start] + words[end:])
+
+
+def _plate_run(text: str) -> tuple[str, int, int, list[str]] | None:
     words = " ".join(w.strip(".") for w in _words(text, "the registration")).replace("x ray", "xray").split() \
         if str(text).strip() else []
-    best: str | None = None
+    best: tuple[str, int, int, list[str]] | None = None
     i = 0
     while i < len(words):
         j = i
@@ -223,8 +237,8 @@ def find_plate(text: str) -> str | None:
                     plate = parse_plate(" ".join(words[start:end]), KindContext())
                 except KindError:
                     continue
-                if len(plate) >= 5 and (best is None or len(plate) > len(best)):
-                    best = plate
+                if len(plate) >= 5 and (best is None or len(plate) > len(best[0])):
+                    best = (plate, start, end, words)
                 break
         i = max(j, i + 1)
     return best
@@ -288,4 +302,5 @@ def day_words(value: str) -> str:
 
 
 __all__ = ["HESITATIONS", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "find_digits", "find_plate", "parse",
+           "without_plate",
            "spoken_digits"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.grounding import grounding_mark
-from voice_agent.policy.kinds import HESITATIONS, KindContext, KindError, find_digits, find_plate, parse
+from voice_agent.policy.kinds import HESITATIONS, KindContext, KindError, find_digits, find_plate, parse, without_plate
 from voice_agent.said_phrases import (
     latest_said,
     only_calendar_words,
@@ -153,14 +153,18 @@ class DialogueState:
 
     def _enum_choice_tool(self, text: str) -> str | None:
         """The one tool without intent phrases that takes an enum value the caller named."""
-        hits = set()
+        hits = []
         for tool in self.tool_names:
             if tool in self.policy.intents:
                 continue
-            for arg, kind in self.kinds(tool).items():
-                if kind == "enum" and latest_said("choice", [text], self.today, self._choices(tool, arg)):
-                    hits.add(tool)
-        return hits.pop() if len(hits) == 1 else None
+            if any(kind == "enum" and latest_said("choice", [text], self.today, self._choices(tool, arg))
+                   for arg, kind in self.kinds(tool).items()):
+                hits.append(tool)
+        if len(hits) > 1:  # several take it (a search and a booking): the one the caller's words fill most
+            filled = {t: sum(self.slot_for(t, a) is not None for a in self.required(t)) for t in hits}
+            best = max(filled.values())
+            hits = [t for t in hits if filled[t] == best]
+        return hits[0] if len(hits) == 1 else None
 
     def _choices(self, tool: str, arg: str) -> dict[str, tuple[str, ...]]:
         spec = self._props(tool).get(arg) or {}
@@ -173,6 +177,9 @@ class DialogueState:
                  for tool in self.tool_names for arg, kind in self.kinds(tool).items()}
         out: dict[str, str] = {}
         ctx = KindContext(today=self.today)
+        if any(kind == "plate" for _, _, kind in kinds.values()) and (plate := find_plate(text)):
+            out["plate"] = plate
+            text = without_plate(text)  # its "one two" is no time, its letters no name
         asked_kind = self.kinds(asked[0]).get(asked[1]) if asked and asked[0] else _kind_of_arg(self, asked)
         for key, (tool, arg, kind) in kinds.items():
             words = None
@@ -190,8 +197,6 @@ class DialogueState:
                     words = _bare_name(text)
             elif kind == "phone_number":  # a number said in passing is a whole one; asked for, any length
                 words = find_digits(text, at_least=4 if asked_kind == kind else 7)
-            elif kind == "plate":
-                words = find_plate(text)
             elif kind in ("integer", "email") and asked_kind == kind:
                 try:
                     words = str(parse(kind, text, ctx))
