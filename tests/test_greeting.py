@@ -18,7 +18,12 @@ SCENARIO = load_scenario("dental_clinic")
                                    "hi yes um i need some help", "Hi, can you help me with something?",
                                    "Hi, I have a question."])
 def test_greetings_alone_are_greetings(words):
-    assert greeting_only(words)
+    assert greeting_only(words, frozenset({SCENARIO.policy.agent_name.lower()}))  # the agent's own name, from its greeting
+
+
+def test_the_agents_name_comes_from_the_scenarios_greeting():
+    assert SCENARIO.policy.agent_name == "Maya"
+    assert not greeting_only("Hi Maya")  # another scenario's agent
 
 
 @pytest.mark.parametrize("words", ["Hi, I'd like to book a cleaning", "yes", "good", "morning works for me",

@@ -351,3 +351,11 @@ def test_the_garage_pack_books_moves_and_cancels_by_plate(tmp_path):
     assert tools["cancel_job"]({"plate": "X X one one X X X"})["cancelled"]
     assert backend.snapshot() == {"bookings": {"LC20HJK": [{"date": "2026-12-04", "time": "14:00", "job": "mot",
                                                             "customer": "Sam Patel"}]}}
+
+
+async def test_a_setup_the_backend_refuses_fails_that_call_with_its_reason(tmp_path):
+    call = parse_callfile({"today": "2026-12-01", "calls": [
+        {"id": "bad", "setup": {"rooms": 3}, "caller": ["hello"]}]}).calls[0]
+    record = await run_call(call, load_scenario("dental_clinic"), LibraryEngine(), TODAY, RunOptions(), db_dir=tmp_path)
+    assert record.error.startswith("setup:") and "rooms" in record.error and not record.turns
+    assert grade(call, record) and "setup" in grade(call, record)[0]

@@ -56,6 +56,7 @@ class CallPolicy:
     goodbye_reply: str = ""  # said to a caller who only closes the call (policy/closing.py)
     # enum value -> the caller's words for it, from the tools' `x-synonyms` ("a clean" is a cleaning)
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    agent_name: str = ""  # the name the agent greets with ("..., this is Sam."): a caller may greet it back
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class Scenario:
         return CallPolicy(ask=dict(self.ask), instead=dict(self.instead), intents=dict(self.intents),
                           facts=dict(self.facts), fact_questions=dict(self.fact_questions),
                           greeting_reply=self.greeting_reply, goodbye_reply=self.goodbye_reply,
-                          choices=choice_words(self.tools))
+                          choices=choice_words(self.tools), agent_name=_agent_name(self.greeting))
 
     @property
     def callers_dir(self) -> Path | None:
@@ -128,6 +129,13 @@ class Scenario:
         from voice_agent.packs.backend import bind_tools
 
         return bind_tools(backend, self.tools)
+
+
+def _agent_name(greeting: str) -> str:
+    """The name the agent introduces itself with in its greeting ("this is Sam", "I'm Sam", "Sam speaking")."""
+    found = re.search(r"\b(?:this is|i'm|i am|my name is)\s+([A-Z][a-z]+)", greeting) or re.search(
+        r"\b([A-Z][a-z]+) speaking\b", greeting)
+    return found.group(1) if found else ""
 
 
 def today_of(messages: list[dict]) -> dt.date:

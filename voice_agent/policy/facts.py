@@ -20,7 +20,7 @@ from voice_agent.scenarios import CallPolicy
 FOLLOW_UP = "Is there anything else I can help with?"
 # Words that make a question part of a request the model must handle ("how much is it to book a
 # cleaning on friday" is a booking first).
-REQUEST_WORDS: dict[str, tuple[str, ...]] = {"request": ("book", "booking", "appointment", "schedule", "reschedule",
+REQUEST_WORDS: dict[str, tuple[str, ...]] = {"request": ("book", "booking", "schedule", "reschedule",
                                                          "cancel", "move")}
 MAX_FACTS = 2  # more than two topics in one question is left to the model
 

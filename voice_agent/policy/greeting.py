@@ -21,24 +21,28 @@ GREETINGS = frozenset({"hi", "hello", "hey", "hiya", "morning", "afternoon", "ev
 HELP = frozenset({"help", "question"})
 # Words a greeting or a bare ask for help may carry besides them.
 _FILL = frozenset({"good", "yes", "yeah", "yep", "um", "umm", "uh", "er", "erm", "hmm", "oh", "ok", "okay", "so",
-                   "there", "again", "and", "a", "very", "to", "you", "too", "maya", "can", "could", "would", "will",
+                   "there", "again", "and", "a", "very", "to", "you", "too", "can", "could", "would", "will",
                    "me", "i", "im", "i'm", "need", "some", "with", "something", "have", "got", "quick", "please",
                    "hoping", "wondering", "if", "out", "just", "little", "bit", "of", "was"})
 _WORD = re.compile(r"[a-z']+")
 
 
-def greeting_only(text: str) -> bool:
+def greeting_only(text: str, names: frozenset[str] = frozenset()) -> bool:
     """`text` holds a greeting, or a bare ask for help, and nothing else a turn could act on ("Good
-    morning.", "hi yes um", "can you help me with something?")."""
+    morning.", "hi yes um", "can you help me with something?"); `names`: the agent's own name's words
+    ("hi sam", to the agent who greeted as Sam)."""
     words = _WORD.findall(text.lower().replace("’", "'"))
     opener = GREETINGS | HELP
-    return bool(words) and any(w in opener for w in words) and all(w in opener or w in _FILL for w in words)
+    return bool(words) and any(w in opener for w in words) and all(
+        w in opener or w in _FILL or w in names for w in words)
 
 
 def greeting_answer(messages: list[dict], policy: CallPolicy) -> str | None:
     """The scenario's reply to a caller who only greeted, when the latest message is theirs."""
     latest = latest_caller_words(messages)
-    return policy.greeting_reply if policy.greeting_reply and latest is not None and greeting_only(latest) else None
+    names = frozenset(policy.agent_name.lower().split())
+    return policy.greeting_reply if policy.greeting_reply and latest is not None and greeting_only(latest, names) \
+        else None
 
 
 __all__ = ["GREETINGS", "greeting_answer", "greeting_only"]

@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.grounding import grounding_mark
-from voice_agent.policy.kinds import HESITATIONS, KindContext, KindError, find_digits, find_plate, parse, without_plate
+from voice_agent.policy.kinds import (
+    HESITATIONS,
+    KindContext,
+    KindError,
+    find_digits,
+    find_plate,
+    parse,
+    without_plate,
+)
 from voice_agent.said_phrases import (
     latest_said,
     only_calendar_words,

@@ -21,12 +21,13 @@
           must_say: ["Tuesday"]                  # case and punctuation ignored
           must_not_say: ["as an AI"]
 
-The dental pack's older spelling is kept as sugar: `db:` is `setup:`, and `expect: appointments:`
-is `expect: state: appointments:` (dates YYYY-MM-DD, times HH:MM checked here).
+Older files' spelling still works: `db:` is `setup:`, and `expect: appointments:` is
+`expect: state: appointments:`.
 
-Any other key, a missing `caller`, a date that is not YYYY-MM-DD on the calendar or a time that is
-not HH:MM is a CallFileError whose message names the key and the call. A bare 10:00 stays the text
-"10:00" (YAML 1.1 would read it as the number 600).
+Any other key, a missing `caller` or a `today` that is not a YYYY-MM-DD calendar date is a
+CallFileError whose message names the key and the call; what `setup` holds is the backend's to check
+(a setup it refuses fails that call, and the batch goes on). A bare 10:00 stays the text "10:00"
+(YAML 1.1 would read it as the number 600).
 """
 
 from __future__ import annotations
@@ -41,10 +42,7 @@ import yaml
 
 TOP_KEYS = ("scenario", "today", "calls")
 CALL_KEYS = ("id", "setup", "db", "caller", "expect")
-DB_KEYS = ("empty", "appointments")
-APPOINTMENT_KEYS = ("patient_name", "date", "time", "service")
 EXPECT_KEYS = ("state", "appointments", "tool_calls", "no_tool_calls", "must_say", "must_not_say")
-EXPECTED_APPOINTMENT_KEYS = ("date", "time", "service")
 TOOL_CALL_KEYS = ("name", "arguments")
 
 
@@ -96,11 +94,16 @@ def load_callfile(path: str | Path) -> CallFile:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise CallFileError(f"{path}: cannot read the call file ({e})") from None
+    return loads_callfile(text, source=path)
+
+
+def loads_callfile(text: str, source: Path | None = None) -> CallFile:
+    """A call file's text, read and checked (dates stay text, a bare 10:00 stays "10:00")."""
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except (yaml.YAMLError, ValueError) as e:
-        raise CallFileError(f"{path}: not valid YAML: {e}") from None
-    return parse_callfile(data, source=path)
+        raise CallFileError(f"{source or 'call file'}: not valid YAML: {e}") from None
+    return parse_callfile(data, source=source)
 
 
 def parse_callfile(data: Any, source: Path | None = None) -> CallFile:
@@ -145,39 +148,11 @@ def _call(c: Any, file: str, index: int) -> Call:
             raise CallFileError(f"{where}: caller[{j}] must be a non-empty string; got {line!r}")
     if c.get("setup") is not None and c.get("db") is not None:
         raise CallFileError(f"{where}: give 'setup' or its older name 'db', not both")
-    if c.get("setup") is not None and not isinstance(c["setup"], dict):
-        raise CallFileError(f"{where}: setup: must be a mapping (what the scenario's backend takes)")
-    setup = _db(c["db"], f"{where}: db") if c.get("db") is not None else c.get("setup")
+    setup = c.get("setup") if c.get("setup") is not None else c.get("db")  # `db`: the older name
+    if setup is not None and not isinstance(setup, dict):
+        raise CallFileError(f"{where}: {'setup' if 'setup' in c else 'db'}: must be a mapping (what the backend takes)")
     expect = _expect(c["expect"], f"{where}: expect") if c.get("expect") is not None else Expect()
     return Call(id=cid, caller=tuple(s.strip() for s in caller), setup=setup, expect=expect)
-
-
-def _db(d: Any, where: str) -> dict:
-    """The dental sugar `db: {empty, appointments}`, checked and normalised, as the `setup` it is."""
-    if not isinstance(d, dict):
-        raise CallFileError(f"{where}: must be a mapping with keys {', '.join(DB_KEYS)}")
-    _no_unknown(d, DB_KEYS, where)
-    empty = d.get("empty", False)
-    if not isinstance(empty, bool):
-        raise CallFileError(f"{where}: 'empty' must be true or false; got {empty!r}")
-    rows = d.get("appointments") or []
-    if not isinstance(rows, list):
-        raise CallFileError(f"{where}: 'appointments' must be a list of bookings")
-    out = []
-    for k, a in enumerate(rows):
-        w = f"{where}.appointments[{k}]"
-        if not isinstance(a, dict):
-            raise CallFileError(f"{w}: must be a mapping with keys {', '.join(APPOINTMENT_KEYS)}")
-        _no_unknown(a, APPOINTMENT_KEYS, w)
-        for key in ("patient_name", "date", "time"):
-            if key not in a:
-                raise CallFileError(f"{w}: missing '{key}'")
-        name = a["patient_name"]
-        if not isinstance(name, str) or not name.strip():
-            raise CallFileError(f"{w}: 'patient_name' must be a name")
-        out.append({"patient_name": " ".join(name.split()), "date": _date(a["date"], f"{w}: 'date'").isoformat(),
-                    "time": _time(a["time"], f"{w}: 'time'"), "service": str(a.get("service", "checkup"))})
-    return {"empty": empty, "appointments": out}
 
 
 def _expect(e: Any, where: str) -> Expect:
@@ -187,30 +162,9 @@ def _expect(e: Any, where: str) -> Expect:
     state = e.get("state") or {}
     if not isinstance(state, dict):
         raise CallFileError(f"{where}: 'state' must be a mapping: a subset of the backend's snapshot")
-    appts: dict[str, list[dict]] = {}
-    table = e.get("appointments") or {}
-    if not isinstance(table, dict):
-        raise CallFileError(f"{where}: 'appointments' must map patient names to lists of bookings")
-    for name, rows in table.items():
-        w = f"{where}.appointments[{name!r}]"
-        if not isinstance(name, str) or not name.strip():
-            raise CallFileError(f"{where}.appointments: keys must be patient names; got {name!r}")
-        if not isinstance(rows, list):
-            raise CallFileError(f"{w}: must be a list of bookings ([] for none)")
-        got = []
-        for k, a in enumerate(rows):
-            if not isinstance(a, dict):
-                raise CallFileError(f"{w}[{k}]: must be a mapping with keys {', '.join(EXPECTED_APPOINTMENT_KEYS)}")
-            _no_unknown(a, EXPECTED_APPOINTMENT_KEYS, f"{w}[{k}]")
-            for key in ("date", "time"):
-                if key not in a:
-                    raise CallFileError(f"{w}[{k}]: missing '{key}'")
-            booking = {"date": _date(a["date"], f"{w}[{k}]: 'date'").isoformat(),
-                       "time": _time(a["time"], f"{w}[{k}]: 'time'")}
-            if a.get("service") is not None:
-                booking["service"] = str(a["service"])
-            got.append(booking)
-        appts[" ".join(name.split())] = got
+    appts = e.get("appointments")  # the older name of `state: appointments:`
+    if appts is not None and not isinstance(appts, dict):
+        raise CallFileError(f"{where}: 'appointments' must be a mapping (the older name of state: appointments:)")
     if appts:
         if "appointments" in state:
             raise CallFileError(f"{where}: give 'appointments' or 'state: appointments', not both")
@@ -268,13 +222,3 @@ def _date(value: Any, where: str) -> dt.date:
         except ValueError:
             raise CallFileError(f"{where}: {value!r} is not a real calendar date") from None
     raise CallFileError(f"{where} must be a date YYYY-MM-DD; got {value!r}")
-
-
-def _time(value: Any, where: str) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24 * 60:
-        return f"{value // 60:02d}:{value % 60:02d}"  # YAML 1.1 read an unquoted 10:00 as 600
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})", value.strip()) if isinstance(value, str) else None
-    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
-        raise CallFileError(f"{where} must be a time HH:MM (24-hour); got {value!r}")
-    return f"{int(m.group(1)):02d}:{m.group(2)}"
-
