@@ -168,12 +168,24 @@ def _phrases(text: str, kind: str, today: dt.date, choices: Choices | None = Non
         spans = [_without_clock_number(span, words, today) for span in spans]
     elif kind == "time":
         spans, words = _maximal_spans(text, is_time_phrase, set())
+        spans = [(i, j) for i, j in spans if not _counts(words, j)]
     elif kind == "choice":
         finder, _ = _finder(choices)
         return [] if finder is None else [(p, False) for p in finder.findall(" ".join(_words(text.replace("-", " "))))]
     else:
         return []
     return [(" ".join(words[i:j]), _refused(words[:i])) for i, j in spans]
+
+
+# Words after a number that make it a count, not a time of day ("for four people", "two new tyres").
+_COUNTED = frozenset({"people", "persons", "guests", "adults", "kids", "children", "of", "new", "more", "extra",
+                      "nights", "tickets", "seats", "tables", "times", "hours", "minutes", "weeks", "months", "years",
+                      "items", "pieces", "bags", "rooms", "cars", "tyres", "tires", "teeth", "us"})
+
+
+def _counts(words: list[str], end: int) -> bool:
+    """The number phrase ending before `words[end]` counts things ("four people"): no time."""
+    return end < len(words) and words[end] in _COUNTED and words[end - 1] not in _CLOCK_MARKS
 
 
 def _without_clock_number(span: tuple[int, int], words: list[str], today: dt.date) -> tuple[int, int]:
