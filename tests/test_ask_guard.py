@@ -71,7 +71,7 @@ async def test_the_service_asks_and_books_nothing_when_the_call_invents_a_name(t
     brain = ScriptedBrain([_book(patient_name="sarah", date="2026-12-02", time="9 am")])
     llm = EngineLLMService(brain, system_instruction=SCENARIO.system_prompt_for(TODAY), reasoning_effort="instant",
                            tools=SCENARIO.bind_handlers(backend), policy=SCENARIO.policy)
-    ctx = LLMContext([{"role": "user", "content": "a checkup on wednesday at nine am please"}],
+    ctx = LLMContext([{"role": "user", "content": "wednesday at nine am please"}],
                      tools=tools_schema(SCENARIO.tools))
     down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(ctx)])
     assert "".join(f.text for f in down if isinstance(f, LLMTextFrame)) == SCENARIO.ask["patient_name"]
@@ -90,7 +90,8 @@ def test_the_ask_block_names_real_arguments():
 async def test_the_brain_itself_asks_so_every_framework_gets_the_same_turn():
     brain = ScriptedBrain([_book(patient_name="sarah", date="2026-12-02", time="9 am")])
     brain.policy = SCENARIO.policy
-    msgs = [{"role": "user", "content": "a checkup on 2026-12-02 at 9 am please"}]
+    # (no service named: no tool is wanted yet, so the policy leaves the turn to the model)
+    msgs = [{"role": "user", "content": "2026-12-02 at 9 am please"}]
     events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.ask["patient_name"]), ("done", "")]
     done = events[-1].result
@@ -341,7 +342,7 @@ BOOK_STEPS = ['<tool_call>\n{"name": "book_appointment", "arguments": {"patient_
 
 
 async def test_a_name_nobody_said_is_asked_for_as_soon_as_it_is_written_and_the_decode_stops():
-    msgs = [{"role": "user", "content": "a checkup on wednesday at nine am please"}]
+    msgs = [{"role": "user", "content": "wednesday at nine am please"}]
     brain = WritingBrain(BOOK_STEPS, _book(patient_name="sarah", date="wednesday", time="nine am", service="checkup"))
     events = [ev async for ev in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events if e.type != "tool_call"] == [("answer", SCENARIO.ask["patient_name"]),
@@ -351,7 +352,9 @@ async def test_a_name_nobody_said_is_asked_for_as_soon_as_it_is_written_and_the_
     assert done.tool_calls == [] and done.metrics["forward_passes"] == 1
     assert done.metrics["asked_instead_of_call"]["before_decoded"] is True
     # A name the caller gave is not asked for: the call is decoded to its end and goes through.
-    said = msgs + [{"role": "user", "content": "it's for sarah"}]
+    # (the name question was just asked, so the policy leaves the answer to the model)
+    said = msgs + [{"role": "assistant", "content": SCENARIO.ask["patient_name"]},
+                   {"role": "user", "content": "a checkup, it's for sarah"}]
     brain = WritingBrain(BOOK_STEPS, _book(patient_name="sarah", date="wednesday", time="nine am", service="checkup"))
     events = [ev async for ev in brain.turn(said, tools=SCENARIO.tools)]
     assert brain.closed_after == len(BOOK_STEPS) and events[-1].result.tool_calls

@@ -164,10 +164,32 @@ def test_correct_done_call_changes_what_succeeded_with_the_new_value_and_the_res
     assert D.correct_done_call(state_of(same), same) is None                  # the same values: nothing to change
 
 
-def test_conversation_tool_is_the_lowest_priority_and_names_a_tool_for_the_model():
-    assert D.DECISIONS[-1] is D.conversation_tool
+def test_search_first_reads_the_day_before_the_time_is_asked():
+    msgs = convo("a table on the terrace friday please")
+    assert D.search_first(state_of(msgs), msgs).call == ("find_tables", {"date": "friday"})
+    timed = convo("a table on the terrace friday at seven please")
+    assert D.search_first(state_of(timed), timed) is None            # a time named: the booking is due instead
+    searched = convo("a table on the terrace friday please", {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "find_tables", "arguments": '{"date": "friday"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"free": ["7 pm"]}'}, agent("I have 7 pm."), "friday then")
+    assert D.search_first(state_of(searched), searched) is None      # that day was searched
+
+
+def test_ask_missing_asks_the_tools_own_question_first_and_never_twice_in_a_row():
+    msgs = convo("I need to cancel")
+    made = D.ask_missing(state_of(msgs), msgs)
+    assert made.say == RESTAURANT.ask["cancel_table.guest_name"] and made.metrics["asked"]["argument"] == "guest_name"
+    assert D.ask_missing(state_of(convo("a table friday at seven")), convo("a table friday at seven")) is None
+    msgs = convo("a table outside friday at seven")
+    assert D.ask_missing(state_of(msgs), msgs).say == RESTAURANT.ask["guest_name"]
+    again = convo("a table outside friday at seven", agent(RESTAURANT.ask["guest_name"]), "outside, I said")
+    assert D.ask_missing(state_of(again), again) is None              # asked already: the model reads the answer
+    assert D.ask_missing(state_of(convo("hmm")), convo("hmm")) is None  # nothing wanted
+
+
+def test_the_decisions_and_their_priority():
     assert [d.__name__ for d in D.DECISIONS] == ["greeting_only", "closing_only", "correct_done_call",
-                                                "call_when_ready", "facts_only", "conversation_tool"]
+                                                "call_when_ready", "facts_only", "search_first", "ask_missing"]
 
 
 def test_decide_takes_the_first_decision_in_priority():

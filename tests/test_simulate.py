@@ -322,7 +322,10 @@ async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_ans
     assert booked_now["Jordan Lee"] == [{"date": "2026-12-08", "time": "09:00", "service": "cleaning"}]
     assert booked_now["Ana Ruiz"] == [{"date": "2026-12-03", "time": "09:00", "service": "checkup"}]
     assert [c["action"] for c in record.state["changes"]] == ["booked"]
-    assert [m[-1]["role"] for m in engine.requests] == ["user", "tool", "tool", "user"]
+    # The first round was the policy's (the day's free times searched, with no decode): the engine saw
+    # the two tool results, then the caller's next words.
+    assert first.metrics[0]["decided_by"] == "search_first"
+    assert [m[-1]["role"] for m in engine.requests] == ["tool", "tool", "user"]
     assert engine.requests[0][1] == {"role": "assistant", "content": SCENARIO.greeting}  # after the system prompt
     assert not list(tmp_path.iterdir())  # the call's database was temporary
 

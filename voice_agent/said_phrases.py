@@ -57,6 +57,9 @@ _DAY_NAMES = _DAYS | _MONTHS | {"today", "tomorrow"}
 _DAY_VOCAB = _DAY_NAMES | set(_UNITS) | set(_ORDINALS) | {"the", "of", "next", "this", "coming", "day", "after"}
 
 
+_GREETING = re.compile(r"\bgood (morning|afternoon|evening|day)\b")
+
+
 @lru_cache(maxsize=64)
 def _choice_finder(words: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[re.Pattern | None, dict[str, str]]:
     """A whole-word finder of every choice's words (longest first), and each word -> its value."""
@@ -101,15 +104,18 @@ def _is_number(w: str) -> bool:
     return w in _UNITS or bool(re.fullmatch(r"\d{1,2}(:\d{2})?(am|pm)?", w))
 
 
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 def _names_a_day(words: list[str]) -> bool:
-    return bool(set(words) & _DAY_NAMES) or any(_is_ordinal(w) for w in words)
+    return bool(set(words) & _DAY_NAMES) or any(_is_ordinal(w) or _ISO_DAY.fullmatch(w) for w in words)
 
 
 def is_day_phrase(words: list[str], today: dt.date) -> bool:
     if not _names_a_day(words):
         return False
     # Every word must belong to a day (the parser skips words it does not know).
-    if not all(w in _DAY_VOCAB or _is_ordinal(w) or re.fullmatch(r"\d{1,2}", w) for w in words):
+    if not all(w in _DAY_VOCAB or _is_ordinal(w) or re.fullmatch(r"\d{1,2}", w) or _ISO_DAY.fullmatch(w) for w in words):
         return False
     try:
         parse_day(" ".join(words), today)
@@ -171,7 +177,8 @@ def _phrases(text: str, kind: str, today: dt.date, choices: Choices | None = Non
         spans = [(i, j) for i, j in spans if not _counts(words, j)]
     elif kind == "choice":
         finder, _ = _finder(choices)
-        return [] if finder is None else [(p, False) for p in finder.findall(" ".join(_words(text.replace("-", " "))))]
+        plain = _GREETING.sub(" ", " ".join(_words(text.replace("-", " "))))  # "good morning" chooses no morning
+        return [] if finder is None else [(p, False) for p in finder.findall(plain)]
     else:
         return []
     return [(" ".join(words[i:j]), _refused(words[:i])) for i, j in spans]
@@ -314,10 +321,14 @@ def said_name(user_turns: list[str]) -> str | None:
     return None
 
 
+# A month's short form is a name too ("Jun Khan", "Jan Novak"); only whole month names end a name.
+_NAME_DAY_VOCAB = _DAY_VOCAB - ({m[:3] for m in MONTHS} - set(MONTHS))
+
+
 def _name_after(words: list[str]) -> list[str]:
     name: list[str] = []
     for w in words:  # said_name has dropped the hesitations
-        if len(name) == 3 or not w.isalpha() or w in _COMMON or w in _DAY_VOCAB or w in _TIME_VOCAB:
+        if len(name) == 3 or not w.isalpha() or w in _COMMON or w in _NAME_DAY_VOCAB or w in _TIME_VOCAB:
             break
         name.append(w)
     return name

@@ -44,7 +44,7 @@ class CallPolicy:
     """The scenario's rules for a call's turns (scenario.yaml), the same in every framework:
     `ask` (argument -> the question to ask when nobody said it: brain/ask_guard.py), `instead` (tool ->
     {when_said: kind, call: other tool} or {after: tool, call: other tool}) and `intents` (tool -> the caller's phrases that ask for it),
-    both read by policy/tool_choice.py."""
+    read by the dialogue state and the policy (voice_agent/policy/)."""
 
     ask: dict[str, str] = field(default_factory=dict)
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -73,9 +73,9 @@ class Scenario:
     # argument -> what to ask when a call's value for it was never said (voice_agent/brain/ask_guard.py)
     ask: dict[str, str] = field(default_factory=dict)
     # tool -> {when_said: kind, call: other tool}: such a call made while the caller's latest words name
-    # a phrase of that kind is made as the other tool (voice_agent/policy/tool_choice.py)
+    # a phrase of that kind is made as the other tool (voice_agent/policy/instead.py, decisions.py)
     instead: dict[str, dict[str, str]] = field(default_factory=dict)
-    # tool -> the caller's phrases that ask for it ("call off" for cancel_appointment; tool_choice.py)
+    # tool -> the caller's phrases that ask for it ("call off" for a cancel; policy/state.py)
     intents: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # topic -> the caller's phrases that ask about that fact ("how much" for prices; policy/facts.py)
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -38,8 +38,8 @@ from voice_agent.brain.ask_guard import (
 from voice_agent.brain.trim import HistoryTrimmer
 from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
 from voice_agent.policy.decisions import Decision, as_tool_call, decide
+from voice_agent.policy.instead import instead_tool, named
 from voice_agent.policy.state import DialogueState, StateTracker
-from voice_agent.policy.tool_choice import instead_tool, named
 from voice_agent.scenarios import CallPolicy
 
 TURN_PARAMS = ("tools", "tool_choice", "reasoning_effort", "max_tokens", "temperature", "seed", "stop")
@@ -52,7 +52,7 @@ class Brain(ABC):
         self.trimmer = HistoryTrimmer()
         # The scenario's ask, instead and intents blocks, for every framework alike: a call whose
         # grounded argument nobody said becomes the question (ask_guard.py); the tool a turn must call
-        # where the conversation has decided it (tool_choice.py).
+        # where the dialogue state has decided it (voice_agent/policy/).
         self.policy = CallPolicy()
         self._tracker: StateTracker | None = None  # the call's DialogueState (voice_agent/policy/state.py)
 
@@ -69,18 +69,14 @@ class Brain(ABC):
         chosen: dict[str, Any] = {}
         if params.get("tool_choice") in (None, "auto"):  # never when the client chose the tool
             # The policy's first point: before the decode (voice_agent/policy/decisions.py).
-            decision = decide(self._state(msgs, params.get("tools")), msgs)
-            if decision is not None and (decision.say is not None or decision.call is not None):
+            state = self._state(msgs, params.get("tools"))
+            decision = decide(state, msgs)
+            if decision is not None:
                 logger.info(f"the policy decides the turn: {decision.name}")
                 if decision.say:
                     yield TurnEvent("answer", decision.say)
-                yield from_policy(decision, self._state(msgs, params.get("tools")).turn)
+                yield from_policy(decision, state.turn)
                 return
-            if decision is not None and decision.tool_choice and params.get("tools"):
-                logger.info(f"the policy decides tool_choice {decision.tool_choice!r} ({decision.name})")
-                choice = decision.tool_choice
-                params = {**params, "tool_choice": choice if choice == "required" else named(choice)}
-                chosen = {**decision.metrics.get("tool_choice", {}), "decided_by": decision.name}
         while True:
             started = answered = False
             try:
@@ -119,7 +115,7 @@ class Brain(ABC):
 
     async def _made_instead(self, msgs: list[dict], params: dict, tool: str,
                             discarded: dict) -> AsyncIterator[TurnEvent]:
-        """The turn again, with `tool` named (tool_choice.py's `instead` rule), through the ask guard.
+        """The turn again, with `tool` named (the scenario's `instead` rule, policy/instead.py), through the ask guard.
         The metrics say what the thrown-away first decode cost, so no pass goes uncounted."""
         logger.info(f"the caller's latest words fit {tool}: this turn calls {tool} instead")
         forced = {**params, "tool_choice": named(tool)}
@@ -206,6 +202,6 @@ def _noted(ev: TurnEvent, chosen: dict[str, Any]) -> TurnEvent:
     if ev.type != "done" or ev.result is None or not chosen:
         return ev
     choice = {k: v for k, v in chosen.items() if k != "decided_by"}
-    decided = chosen.get("decided_by") or f"conversation_tool ({next(iter(choice), 'instead')})"
+    decided = chosen.get("decided_by") or f"instead ({next(iter(choice.values()), '')})"
     return replace(ev, result=replace(ev.result, metrics={**ev.result.metrics, "tool_choice": choice,
                                                            "decided_by": decided}))

@@ -3,7 +3,6 @@
     decision = decide(state, messages)    # before the decode; None: the model decides the turn
     decision.say        # words to speak, no decode (a greeting, a goodbye, the facts)
     decision.call       # (tool, arguments) to make, no decode: the state holds every argument
-    decision.tool_choice  # the tool the model must call (it writes the arguments)
 
 | priority | decision | when |
 | --- | --- | --- |
@@ -12,10 +11,12 @@
 | 3 | `correct_done_call` | the caller changes a value of a call that succeeded, and the scenario says which tool changes it (`instead: {after: T, call: M}`): M, with the new value and the rest of T's arguments |
 | 4 | `call_when_ready` | the tool the caller is after has every argument it needs in the state, one of them just said: that call |
 | 5 | `facts_only` | the caller only asks about the scenario's facts (no call is ready): those facts, word for word |
-| 6 | `conversation_tool` | the conversation has decided the tool (policy/tool_choice.py): the model writes its arguments |
+| 6 | `search_first` | the tool the caller is after has a search in the scenario's `instead` block, and the caller named what it needs but not yet what switches to the tool: the search |
+| 7 | `ask_missing` | the caller's words moved the tool on and it still lacks an argument: the scenario's question for it (the tool's own first; then what, when, who) |
 
-A call being written is checked at the second point, when the model writes it (brain/ask_guard.py):
-an argument nobody said is asked for instead.
+None of them: the model decides the turn. A call the model writes is checked at the second point
+(brain/ask_guard.py: an argument nobody said is asked for instead; policy/instead.py: the scenario's
+`instead` block).
 Each decision reads the state and the scenario's data only; none names a scenario's tool or word.
 """
 
@@ -30,7 +31,6 @@ from voice_agent.policy.facts import fact_answer
 from voice_agent.policy.greeting import greeting_answer
 from voice_agent.policy.kinds import KindContext, KindError, parse
 from voice_agent.policy.state import DialogueState
-from voice_agent.policy.tool_choice import turn_tool_choice
 from voice_agent.said_phrases import phrases_in
 from voice_agent.scenarios import ask_question
 
@@ -40,7 +40,6 @@ class Decision:
     name: str                                  # the decision that fired (reported as `decided_by`)
     say: str | None = None
     call: tuple[str, dict] | None = None
-    tool_choice: str | None = None             # a tool's name, or "required"
     metrics: dict = field(default_factory=dict)
 
 
@@ -126,16 +125,70 @@ def correct_done_call(state: DialogueState, messages: list[dict]) -> Decision | 
     return None
 
 
-def conversation_tool(state: DialogueState, messages: list[dict]) -> Decision | None:
-    decided = turn_tool_choice(messages, state.tools, state.policy)
-    if decided is None:
+def search_first(state: DialogueState, messages: list[dict]) -> Decision | None:
+    """The scenario's search for the tool the caller is after (`instead: {S: {when_said: K, call: T}}`:
+    S finds what T takes), once the caller named what S needs and not yet a phrase of kind K: S, with
+    no decode ("a cleaning on the 9th" reads the 9th's free times before the time is asked). A search
+    made already with the same values is not made again."""
+    tool = state.wanted
+    if tool is None or not _caller_last(messages):
         return None
-    why, choice = decided
-    return Decision(f"conversation_tool ({why})", tool_choice=choice, metrics={"tool_choice": {why: choice}})
+    for search, rule in state.policy.instead.items():
+        if rule.get("call") != tool or "when_said" not in rule:
+            continue
+        said_kind = {"day": "date"}.get(rule["when_said"], rule["when_said"])
+        if any(state.slots.get(k) is not None and state.slots[k].turn >= state.wanted_since
+               for k in (said_kind, rule["when_said"])):
+            return None  # named already: the call itself is due (call_when_ready), or its question
+        args = {}
+        for arg in state.required(search):
+            slot = state.slot_for(search, arg)
+            if slot is None:
+                return None
+            args[arg] = slot.words
+        optional = [a for a, k in state.kinds(search).items() if a not in args and k == "enum"]
+        args |= {a: slot.words for a in optional if (slot := state.slot_for(search, a)) is not None}
+        if not any(state.slot_for(search, a).turn == state.turn for a in args):
+            return None
+        if any(_same_args(state, search, o.arguments, args) for o in state.outcomes if o.tool == search and o.ok):
+            return None
+        return Decision("search_first", call=(search, args))
+    return None
+
+
+# The order a missing argument is asked for in: what, when, then who (identifiers last).
+_ASK_ORDER = {"enum": 0, "date": 1, "time": 2, "integer": 3, "text": 4, "plate": 5, "phone_number": 6, "email": 7,
+              "person_name": 8}
+
+
+def ask_missing(state: DialogueState, messages: list[dict]) -> Decision | None:
+    """The question for the first argument the tool the caller is after still lacks, when the
+    caller's latest words moved it on (named the tool, or one of its arguments): the scenario's own
+    words (`ask: tool.argument`, else `ask: argument`), with no decode. The tool's own questions come
+    first, then what, when and who."""
+    tool = state.wanted
+    if tool is None or not _caller_last(messages):
+        return None
+    kinds = state.kinds(tool)
+    fresh = state.wanted_turn == state.turn or any(
+        (slot := state.slot_for(tool, a)) is not None and slot.turn == state.turn for a in kinds)
+    if not fresh:
+        return None
+    missing = [a for a in needed(state, tool) if state.slot_for(tool, a) is None]
+    # the tool's own questions first (a move asks whose booking before when), then what, when, who
+    own = state.policy.ask
+    missing.sort(key=lambda a: (f"{tool}.{a}" not in own, _ASK_ORDER.get(kinds.get(a, ""), 9)))
+    for arg in missing:
+        question = ask_question(state.policy.ask, tool, arg)
+        if question and question.strip() != _last_said(messages):  # asked and answered: the model reads the answer
+            return Decision("ask_missing", say=question, metrics={"asked": {"tool": tool, "argument": arg}})
+        if question:
+            return None
+    return None
 
 
 DECISIONS: list[Callable[[DialogueState, list[dict]], Decision | None]] = [
-    greeting_only, closing_only, correct_done_call, call_when_ready, facts_only, conversation_tool]
+    greeting_only, closing_only, correct_done_call, call_when_ready, facts_only, search_first, ask_missing]
 
 
 def decide(state: DialogueState, messages: list[dict]) -> Decision | None:
@@ -151,6 +204,16 @@ def as_tool_call(decision: Decision, turn: int) -> dict:
     tool, args = decision.call or ("", {})
     return {"id": f"call_policy_{turn}", "type": "function",
             "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}
+
+
+def _last_said(messages: list[dict]) -> str:
+    """The agent's words just before the caller's latest ones ("" when it said none)."""
+    for m in reversed(messages[:-1]):
+        if m.get("role") == "assistant" and isinstance(m.get("content"), str) and m["content"].strip():
+            return m["content"].strip()
+        if m.get("role") == "user":
+            return ""
+    return ""
 
 
 def _caller_last(messages: list[dict]) -> bool:

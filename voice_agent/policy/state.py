@@ -81,7 +81,8 @@ class DialogueState:
     turn: int = -1                                       # the latest caller turn (0-based); -1 before any
     slots: dict[str, Slot] = field(default_factory=dict)
     wanted: str | None = None                            # the tool the caller is after
-    wanted_turn: int = -1
+    wanted_turn: int = -1                                # the caller turn that last asked for it
+    wanted_since: int = 0                                # where its request began: after the last other tool's
     asked: tuple[str, str] | None = None                 # (tool or "", argument) the agent's last question asked for
     outcomes: list[Outcome] = field(default_factory=list)
     caller_words: list[str] = field(default_factory=list)
@@ -139,6 +140,7 @@ class DialogueState:
                 self.outcomes.append(outcome)
                 if outcome.ok and tool == self.wanted:
                     self.wanted = None  # served; its arguments stay in the outcome for a correction
+                    self.wanted_since = self.turn + 1
 
     def _caller(self, text: str) -> None:
         self.turn += 1
@@ -149,14 +151,16 @@ class DialogueState:
         named = said_intents(text, self.policy.intents) & set(self.tool_names)
         if len(named) == 1:
             self._want(next(iter(named)))
-        elif not named and asked and asked[0] in self.tool_names:
-            self._want(asked[0])
+        elif not named and asked and asked[0] in self.tool_names and self.wanted in (None, asked[0]):
+            self._want(asked[0])  # the agent's own question for a tool carries it, unless the caller named another
         if not named:
             chosen = self._enum_choice_tool(text)
             if chosen and (self.wanted is None or self.wanted_turn < self.turn):
                 self._want(chosen)
 
     def _want(self, tool: str) -> None:
+        if self.wanted is not None and tool != self.wanted:
+            self.wanted_since = self.turn  # another request: what was said for the one before is not this one's
         self.wanted, self.wanted_turn = tool, self.turn
 
     def _enum_choice_tool(self, text: str) -> str | None:
@@ -173,6 +177,11 @@ class DialogueState:
             best = max(filled.values())
             hits = [t for t in hits if filled[t] == best]
         return hits[0] if len(hits) == 1 else None
+
+    def _choice_words_in(self, text: str) -> bool:
+        """`text` names a value of some enum argument ("teeth whitening" is no name)."""
+        return any(latest_said("choice", [text], self.today, self._choices(t, a)) is not None
+                   for t in self.tool_names for a, k in self.kinds(t).items() if k == "enum")
 
     def _choices(self, tool: str, arg: str) -> dict[str, tuple[str, ...]]:
         spec = self._props(tool).get(arg) or {}
@@ -201,8 +210,8 @@ class DialogueState:
                     words = str(parse("enum", words, KindContext(choices=self._choices(tool, arg))))
             elif kind == "person_name":
                 words = said_name([text])
-                if words is None and asked_kind == "person_name":
-                    words = _bare_name(text)
+                if words is None and (asked_kind == "person_name" or not self._choice_words_in(text)):
+                    words = _bare_name(text)  # a reply that is only a name is one, asked for or not
             elif kind == "phone_number":  # a number said in passing is a whole one; asked for, any length
                 words = find_digits(text, at_least=4 if asked_kind == kind else 7)
             elif kind in ("integer", "email") and asked_kind == kind:

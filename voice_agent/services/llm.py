@@ -95,7 +95,7 @@ class EngineLLMService(LLMService):
         with `session` or a fresh one). `policy`: the scenario's ask, instead and intents blocks
         (`Scenario.policy`): a call whose grounded argument nobody said is replaced by its question
         (voice_agent/brain/ask_guard.py), and the tool a turn must call is named where the
-        conversation has decided it (voice_agent/policy/tool_choice.py). `decode_ahead`: `speculate`
+        dialogue state has decided it (voice_agent/policy/). `decode_ahead`: `speculate`
         decodes the turn as heard, not only prefills it (voice_agent/brain/ahead.py; the in-process
         engine only)."""
         _check_effort(reasoning_effort)
