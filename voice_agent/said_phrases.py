@@ -44,6 +44,7 @@ Choices = Mapping[str, tuple[str, ...]]  # an enum value -> the caller's words f
 
 MAX_WORDS = 5
 _WORD = re.compile(r"\d{4}-\d{2}-\d{2}|[a-z0-9:']+")  # an ISO date is one word: its "12" is no time
+_WORD_OR_COMMA = re.compile(r"\d{4}-\d{2}-\d{2}|[a-z0-9:']+|,")
 _MONTHS = set(MONTHS) | {m[:3] for m in MONTHS}
 _DAYS = set(WEEKDAYS) | {d + "s" for d in WEEKDAYS}
 _ORDINAL = re.compile(r"\d{1,2}(st|nd|rd|th)")
@@ -313,7 +314,9 @@ def said_name(user_turns: list[str]) -> str | None:
     without hesitations; None when no turn does."""
     for text in reversed(user_turns):
         # hesitations may sit inside a cue too: "it's like for simone silva" (seed-6 gen_048)
-        words = [w.replace("'", "") for w in _words(text) if w not in HESITATIONS]
+        # a comma after two words ends a name: "it's karl meyer, something's come up"
+        words = [w.replace("'", "") for w in _WORD_OR_COMMA.findall(text.lower().replace("’", "'"))
+                 if w not in HESITATIONS]
         for i in range(len(words)):
             cue = next((c for c in _NAME_CUES if tuple(words[i:i + len(c)]) == c), None)
             if cue is not None and len(name := _name_after(words[i + len(cue):])) >= 2:
@@ -328,6 +331,10 @@ _NAME_DAY_VOCAB = _DAY_VOCAB - ({m[:3] for m in MONTHS} - set(MONTHS))
 def _name_after(words: list[str]) -> list[str]:
     name: list[str] = []
     for w in words:  # said_name has dropped the hesitations
+        if w == ",":
+            if len(name) >= 2:
+                break
+            continue
         if len(name) == 3 or not w.isalpha() or w in _COMMON or w in _NAME_DAY_VOCAB or w in _TIME_VOCAB:
             break
         name.append(w)

@@ -20,7 +20,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--simulate-file", type=Path, default=None,
                    help="also write the held-out calls as a `voice-agent simulate` file here")
     p.add_argument("--handwritten", type=Path, default=None, help="hand-written simulate calls to append to it")
+    p.add_argument("--scenario", default="dental_clinic", metavar="NAME|PATH",
+                   help="the scenario pack whose calls to script (this generator scripts dental_clinic's)")
     a = p.parse_args(argv)
+    from voice_agent.scenarios import ScenarioError, load_scenario
+
+    try:
+        name = load_scenario(a.scenario).name
+    except ScenarioError as e:
+        p.error(str(e))
+    if name != "dental_clinic":
+        p.error(f"this generator scripts the dental_clinic pack's calls only, not {name}'s; a pack's own "
+                "simulate callers come from its make_callers.py (scenarios/<name>/)")
     from voice_agent.dialogues.generate import generate, write_simulate_file
 
     stats = generate(a.out, a.calls, a.heldout_calls, a.seed, a.think_share)
