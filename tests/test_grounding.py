@@ -81,12 +81,14 @@ def test_the_scenario_grounds_every_free_string_argument_and_the_prompt_never_sh
     sc = load_scenario("dental_clinic")
     for t in sc.tools:
         for key, spec in t["function"]["parameters"]["properties"].items():
-            # free strings copy the conversation; of the enums, only the service is the caller's choice
-            assert bool(spec.get("x-grounded")) is ("enum" not in spec or key == "service"), (t["function"]["name"], key)
-            # days, times and services name their kind, so the ask guard can take the caller's own phrase
-            if "enum" not in spec or key == "service":
+            # free strings copy the conversation; an enum is the caller's choice where the pack gives
+            # it a kind (x-kind: enum, with the caller's synonyms), as the service and the part of day
+            chosen = spec.get("x-kind") == "enum"
+            assert bool(spec.get("x-grounded")) is ("enum" not in spec or chosen), (t["function"]["name"], key)
+            # days, times and choices name their kind, so the ask guard can take the caller's own phrase
+            if "enum" not in spec or chosen:
                 kind = ("day" if key.endswith("date") else "time" if key.endswith("time")
-                        else "choice" if key == "service" else True)
+                        else "choice" if chosen else True)
                 assert spec["x-grounded"] == kind and type(spec["x-grounded"]) is type(kind), key
     for fmt in (ChatFormat(tool_style="json"), ChatFormat(tool_style="compact")):
         text = fmt.render([{"role": "system", "content": "hi"}, {"role": "user", "content": "hello"}], sc.tools)

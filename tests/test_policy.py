@@ -187,6 +187,18 @@ def test_ask_missing_asks_the_tools_own_question_first_and_never_twice_in_a_row(
     assert D.ask_missing(state_of(convo("hmm")), convo("hmm")) is None  # nothing wanted
 
 
+def test_ask_missing_leaves_words_that_may_be_an_uncued_name_to_the_model():
+    # "book jordan lee ..." names nobody by a cue; two unknown words may be the name, so the state
+    # cannot say it is missing (the model reads them) ...
+    msgs = convo("book giulia bianchi a table outside friday at seven")
+    state = state_of(msgs)
+    assert "person_name" not in state.slots and state.maybe_name_turn == 0
+    assert D.ask_missing(state, msgs) is None
+    # ... but a choice of the scenario's, however many words, is no name, and the question stands
+    msgs = convo("a table outside friday at seven please")
+    assert state_of(msgs).maybe_name_turn == -1 and D.ask_missing(state_of(msgs), msgs) is not None
+
+
 def test_the_decisions_and_their_priority():
     assert [d.__name__ for d in D.DECISIONS] == ["greeting_only", "closing_only", "correct_done_call",
                                                 "call_when_ready", "facts_only", "search_first", "ask_missing"]

@@ -24,8 +24,8 @@ SCRIPT = [
     ("Hi, I'd like to book a teeth cleaning for next Tuesday, please.", 20.0),
     ("Do you have anything in the morning?", 1.0),
 ]
-TURN_FIELDS = ("e2e_ms", "ttft_ms", "ttfat_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms", "prefill_ms",
-               "tokens_per_forward", "reasoning_tokens")
+TURN_FIELDS = ("e2e_ms", "ttft_ms", "ttfat_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms", "reasoning_tokens")
+DECODE_FIELDS = ("prefill_ms", "tokens_per_forward", "decode_tok_s")  # a turn the policy decided decodes nothing
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +89,15 @@ def test_every_turn_has_every_field(replayed):
     for t in answered:
         for field in TURN_FIELDS:
             assert t[field] is not None, (field, t)
+        decoded = any(m.get("forward_passes") != 0 for m in t["engine"] or [])
+        for field in DECODE_FIELDS:
+            assert (t[field] is not None) is decoded, (field, t)
         assert isinstance(t["within_budget"], bool)
         assert t["within_budget"] == (t["e2e_ms"] <= report["summary"]["budget_ms"])
         assert t["e2e_from"] == "recording"
         assert t["vad_stop_ms"] >= 0 and t["e2e_ms"] > t["vad_stop_ms"]
         assert t["bot_text"]  # something was said
+    assert any(t["tokens_per_forward"] for t in call["turns"]), "no turn of the call ran the model"
     s = report["summary"]
     for metric in ("e2e_ms", "ttfat_ms"):
         assert s[metric]["p50"] is not None and s[metric]["p95"] >= s[metric]["p50"]

@@ -341,6 +341,23 @@ def _name_after(words: list[str]) -> list[str]:
     return name
 
 
+def name_like_run(text: str) -> str | None:
+    """The first run of two or three words in `text` that could be a name though no cue introduced it
+    ("book jordan lee for a checkup"): none of them a common word, a day, a time or a number. Not
+    taken as the name (its words may be a service the pack calls otherwise); it only says the
+    caller may have given one."""
+    run: list[str] = []
+    for w in [w.replace("'", "") for w in _WORD_OR_COMMA.findall(text.lower().replace("’", "'"))
+              if w not in HESITATIONS] + [","]:
+        if w != "," and w.isalpha() and w not in _COMMON and w not in _NAME_DAY_VOCAB and w not in _TIME_VOCAB:
+            run.append(w)
+            continue
+        if 2 <= len(run) <= 3:
+            return " ".join(run)
+        run = []
+    return None
+
+
 def only_common_words(text: str) -> bool:
     """`text` is made of words no name is made of ("yes", "hi there", "okay"): no name."""
     words = [w.replace("'", "") for w in _words(text.lower()) if w not in HESITATIONS]
@@ -408,5 +425,5 @@ def caller_turns(messages: list[dict]) -> list[str]:
     """The caller's words of each user message of an OpenAI-shaped conversation, oldest first."""
     return [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
-__all__ = ["CHOSEN_KINDS", "NAME_ARGUMENT", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_caller_words", "latest_said", "only_common_words",
+__all__ = ["CHOSEN_KINDS", "NAME_ARGUMENT", "COPIED_KINDS", "FILLERS", "HESITATIONS", "PHRASE_KINDS", "as_argument", "caller_turns", "is_day_phrase", "is_phrase", "is_time_phrase", "latest_caller_words", "latest_said", "name_like_run", "only_common_words",
            "only_calendar_words", "part_of_day", "phrases_in", "refused_latest", "said_intents", "said_name", "value_of"]

@@ -20,6 +20,7 @@ One policy for every framework:
 from __future__ import annotations
 
 import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -65,6 +66,7 @@ class Brain(ABC):
         unknown = set(params) - set(TURN_PARAMS)
         if unknown:
             raise BrainError(BrainError.INVALID_REQUEST, f"unknown turn parameter(s): {', '.join(sorted(unknown))}")
+        t0 = time.perf_counter()
         msgs = self.trimmer.apply(messages)
         chosen: dict[str, Any] = {}
         if params.get("tool_choice") in (None, "auto"):  # never when the client chose the tool
@@ -75,7 +77,8 @@ class Brain(ABC):
                 logger.info(f"the policy decides the turn: {decision.name}")
                 if decision.say:
                     yield TurnEvent("answer", decision.say)
-                yield from_policy(decision, state.turn)
+                yield from_policy(decision, state.turn, elapsed_ms=(time.perf_counter() - t0) * 1000,
+                                  reasoning_effort=params.get("reasoning_effort"))
                 return
         while True:
             started = answered = False
@@ -187,11 +190,18 @@ class Brain(ABC):
         """Release what the brain holds (connections)."""
 
 
-def from_policy(decision: Decision, turn: int) -> TurnEvent:
+def from_policy(decision: Decision, turn: int, elapsed_ms: float = 0.0,
+                reasoning_effort: str | None = None) -> TurnEvent:
     """The turn's "done" when the policy decided it with no decode: words to say, or a call whose
-    arguments the state holds."""
+    arguments the state holds. Its first token is the decision, `elapsed_ms` after the request
+    began (the metric names of MISSION.md; no prompt was read and nothing decoded)."""
     calls = [as_tool_call(decision, turn)] if decision.call is not None else []
-    metrics = {**decision.metrics, "decided_by": decision.name}
+    ms = round(elapsed_ms, 2)
+    metrics = {"ttft_ms": ms, "ttfat_ms": ms if decision.say else None, "prefill_ms": 0.0, "decode_ms": 0.0,
+               "total_ms": ms, "forward_passes": 0, "completion_tokens": 0, "reasoning_tokens": 0,
+               "prompt_tokens": 0, "cached_tokens": 0, "argument_repairs": [],
+               "reasoning_effort": reasoning_effort,
+               **decision.metrics, "decided_by": decision.name}
     return TurnEvent("done", result=TurnResult(text=decision.say or "", reasoning="", tool_calls=calls, tool_errors=[],
                                                finish_reason="tool_calls" if calls else "stop", metrics=metrics))
 

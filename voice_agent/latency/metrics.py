@@ -78,6 +78,8 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
     end = tl.first_bot_audio
     e2e = _ms(true_end, end)
     first = tl.engine[0] if tl.engine else {}
+    # the turn's decode: its first LLM round that ran the model (a round the policy decided ran none)
+    decoded = next((m for m in tl.engine if m.get("forward_passes") != 0), {}) if tl.engine else {}
     parts = breakdown(tl, true_end, end) if e2e is not None and true_end is not None else {s: None for s in STAGE_NAMES}
     ttfat = _ms(tl.llm_request, tl.first_answer_token)
     record: dict[str, Any] = {
@@ -102,12 +104,12 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "within_budget": e2e is not None and e2e <= budget_ms,
         "ttfat_within_budget": ttfat is not None and ttfat <= budget_ms,
         "engine_ttfat_ms": _num(first.get("ttfat_ms")),
-        "prefill_ms": _num(first.get("prefill_ms")),
-        "tokens_per_forward": _num(first.get("tokens_per_forward")),
-        "decode_tok_s": _num(first.get("decode_tok_s")),
+        "prefill_ms": _num(decoded.get("prefill_ms")),
+        "tokens_per_forward": _num(decoded.get("tokens_per_forward")),
+        "decode_tok_s": _num(decoded.get("decode_tok_s")),
         "reasoning_tokens": sum(int(m.get("reasoning_tokens") or 0) for m in tl.engine) if tl.engine else None,
         "completion_tokens": sum(int(m.get("completion_tokens") or 0) for m in tl.engine) if tl.engine else None,
-        "cached_tokens": first.get("cached_tokens"),
+        "cached_tokens": decoded.get("cached_tokens"),
         "llm_calls": tl.llm_calls,
         "e2e_from": e2e_from,
         "breakdown": parts,

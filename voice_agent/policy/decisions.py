@@ -179,6 +179,8 @@ def ask_missing(state: DialogueState, messages: list[dict]) -> Decision | None:
     own = state.policy.ask
     missing.sort(key=lambda a: (f"{tool}.{a}" not in own, _ASK_ORDER.get(kinds.get(a, ""), 9)))
     for arg in missing:
+        if kinds.get(arg) == "person_name" and state.maybe_name_turn == state.turn:
+            return None  # words that may be the name, with no cue: the model reads them
         question = ask_question(state.policy.ask, tool, arg)
         if question and question.strip() != _last_said(messages):  # asked and answered: the model reads the answer
             return Decision("ask_missing", say=question, metrics={"asked": {"tool": tool, "argument": arg}})

@@ -44,6 +44,7 @@ from voice_agent.policy.kinds import (
 )
 from voice_agent.said_phrases import (
     latest_said,
+    name_like_run,
     only_calendar_words,
     only_common_words,
     said_intents,
@@ -86,6 +87,7 @@ class DialogueState:
     asked: tuple[str, str] | None = None                 # (tool or "", argument) the agent's last question asked for
     outcomes: list[Outcome] = field(default_factory=list)
     caller_words: list[str] = field(default_factory=list)
+    maybe_name_turn: int = -1                            # the latest caller turn with words that may be an uncued name
     _pending: dict[str, tuple[str, dict]] = field(default_factory=dict)  # call id -> (tool, arguments)
 
     # -- what the tools take ---------------------------------------------------------------------
@@ -146,8 +148,11 @@ class DialogueState:
         self.turn += 1
         self.caller_words.append(text)
         asked, self.asked = self.asked, None
-        for key, words in self._slots_in(text, asked).items():
+        found = self._slots_in(text, asked)
+        for key, words in found.items():
             self.slots[key] = Slot(words, self.turn)
+        if "person_name" not in found and self._may_name(text):
+            self.maybe_name_turn = self.turn
         named = said_intents(text, self.policy.intents) & set(self.tool_names)
         if len(named) == 1:
             self._want(next(iter(named)))
@@ -157,6 +162,13 @@ class DialogueState:
             chosen = self._enum_choice_tool(text)
             if chosen and (self.wanted is None or self.wanted_turn < self.turn):
                 self._want(chosen)
+
+    def _may_name(self, text: str) -> bool:
+        """`text` has words that may be a name no cue introduced ("book jordan lee for a checkup"),
+        none of them a choice or an intent phrase of the scenario's: the state cannot say the name
+        is missing."""
+        run = name_like_run(text)
+        return bool(run) and not self._choice_words_in(run) and not said_intents(run, self.policy.intents)
 
     def _want(self, tool: str) -> None:
         if self.wanted is not None and tool != self.wanted:
