@@ -23,7 +23,7 @@ A copied name loses the hesitations ASR wrote into it ("karin um das"); one that
 hesitation, a day or a time, or only day words ("december of december"), is no name. A name argument (`name` or `*_name`) the caller never said, or
 no name, takes the name the caller gave ("the name is karin das", said_phrases.said_name) and is
 asked for only when they gave none; a copy of part of it ("tomasz" for "it's tomasz nowak") takes it
-whole, since the clinic finds and books patients by their full name.
+whole, since a backend finds people by their full name (the dental pack books patients so).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ One policy for every framework:
 - a history too long for the context is trimmed by the one rule in `trim.py`, once per turn, and
   the cut is kept for the turns after it;
 - a failed turn raises `BrainError` (with a code); the brain stays usable for the next turn;
-- a greeting alone, a closing alone, or a question about the clinic's facts alone, is answered in
+- a greeting alone, a closing alone, or a question about the scenario's facts alone, is answered in
   the scenario's own words (greeting.py, closing.py, facts.py); a call whose first written argument nobody said is replaced by the
   question as soon as that argument is written (ask_guard.py).
 """

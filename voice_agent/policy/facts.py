@@ -1,4 +1,4 @@
-"""Questions about the clinic are answered from the scenario's facts, word for word.
+"""Questions about the business (hours, prices, address) are answered from the scenario's facts, word for word.
 
 The small model garbles what it copies from a long system prompt: asked "how much is a filling", it
 listed five prices, none of them the clinic's (held-out gen_022); asked "what time do you open on
