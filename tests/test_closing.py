@@ -57,7 +57,9 @@ async def test_the_brain_says_goodbye_instead_of_decoding():
             {"role": "user", "content": "so great that's all i needed"}]
     events = [e async for e in brain.turn(msgs, tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.goodbye_reply), ("done", "")]
-    assert events[-1].result.metrics == {"answered_goodbye": True, "decided_by": "closing_only"}
+    m = events[-1].result.metrics
+    assert m["answered_goodbye"] is True and m["decided_by"] == "closing_only"
+    assert m["forward_passes"] == 0 and m["ttft_ms"] == m["ttfat_ms"] >= 0  # said at once, nothing decoded
     assert events[-1].result.tool_calls == []
     # a client that set tool_choice gets the decode it asked for (here the ask guard then asks
     # for the name nobody said), not the goodbye

@@ -70,7 +70,9 @@ async def test_the_brain_answers_a_fact_question_without_a_decode():
     events = [e async for e in brain.turn([{"role": "user", "content": "is cigna ok"}], tools=SCENARIO.tools)]
     assert [e.type for e in events] == ["answer", "done"]
     assert events[0].text.startswith(SCENARIO.facts["insurance"])
-    assert events[-1].result.metrics == {"answered_from_facts": ["insurance"], "decided_by": "facts_only"}
+    m = events[-1].result.metrics
+    assert m["answered_from_facts"] == ["insurance"] and m["decided_by"] == "facts_only"
+    assert m["forward_passes"] == 0 and m["ttft_ms"] == m["ttfat_ms"] >= 0  # said at once, nothing decoded
     events = [e async for e in brain.turn([{"role": "user", "content": "i have a question about my teeth"}],
                                           tools=SCENARIO.tools)]
     assert events[-1].result.text == "a model answer"

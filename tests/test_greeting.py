@@ -60,7 +60,9 @@ async def test_the_brain_greets_back_instead_of_decoding():
     events = [e async for e in brain.turn([{"role": "assistant", "content": SCENARIO.greeting},
                                            {"role": "user", "content": "Good morning."}], tools=SCENARIO.tools)]
     assert [(e.type, e.text) for e in events] == [("answer", SCENARIO.greeting_reply), ("done", "")]
-    assert events[-1].result.metrics == {"answered_greeting": True, "decided_by": "greeting_only"}
+    m = events[-1].result.metrics
+    assert m["answered_greeting"] is True and m["decided_by"] == "greeting_only"
+    assert m["forward_passes"] == 0 and m["ttft_ms"] == m["ttfat_ms"] >= 0  # said at once, nothing decoded
 
 
 async def test_a_tool_choice_the_client_set_is_left_alone():
