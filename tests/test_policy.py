@@ -214,3 +214,38 @@ def test_decide_takes_the_first_decision_in_priority():
 def test_a_policy_call_is_openai_shaped():
     call = D.as_tool_call(D.Decision("call_when_ready", call=("cancel_table", {"guest_name": "marco polo"})), 3)
     assert call["type"] == "function" and json.loads(call["function"]["arguments"]) == {"guest_name": "marco polo"}
+
+
+DESK = parse_scenario({
+    "name": "loyalty_desk",
+    "system_prompt": "You keep notes on loyalty members.",
+    "ask": {"card_number": "What is your card number?", "add_note.note": "What should the note say?"},
+    "intents": {"add_note": ["add a note", "leave a note"]},
+    "tools": [{"name": "add_note", "parameters": {"type": "object", "properties": {
+        "card_number": {"type": "string", "x-kind": "phone_number"},
+        "note": {"type": "string", "x-kind": "text"}}, "required": ["card_number", "note"]}}],
+})
+
+
+def desk_state(*turns: str | dict) -> tuple[DialogueState, list[dict]]:
+    msgs = [{"role": "system", "content": DESK.system_prompt_for(TODAY)},
+            *({"role": "user", "content": t} if isinstance(t, str) else t for t in turns)]
+    return StateTracker(DESK.policy).read(msgs, DESK.tools), msgs
+
+
+def test_a_short_number_is_a_slot_when_the_caller_names_the_argument_it_is():
+    state, _ = desk_state("I'd like to leave a note, my card number is four four seven one")
+    assert state.slots["phone_number"].words == "4471"
+    state, _ = desk_state("I'd like to leave a note for table four four seven one")
+    assert "phone_number" not in state.slots  # four digits in passing, not named: no number
+
+
+def test_a_free_text_is_the_reply_to_its_own_question_and_then_the_call_is_ready():
+    state, msgs = desk_state("leave a note, my card number is 4471", agent(DESK.ask["add_note.note"]),
+                             "um it's a window seat please")
+    assert state.slots["note"].words == "a window seat please"
+    made = D.decide(state, msgs)
+    assert made.name == "call_when_ready" and made.call == ("add_note", {"card_number": "4471",
+                                                                          "note": "a window seat please"})
+    state, _ = desk_state("leave a note, my card number is 4471", "a window seat please")
+    assert "note" not in state.slots  # not asked for: a free text is never guessed from a sentence

@@ -53,6 +53,9 @@ from voice_agent.said_phrases import (
 from voice_agent.scenarios import SYNONYMS_KEY, CallPolicy, today_of
 
 KIND_OF_MARK = {"day": "date", "time": "time", True: "person_name", "choice": "enum"}
+# Kinds whose slot is the argument's own (two enums, or two texts, are different things); the rest
+# are kept by kind, so a date said for the search is the booking's date too.
+PER_ARGUMENT = ("enum", "text")
 MAX_BARE_NAME_WORDS = 4  # a reply to the name question that is longer is not only a name
 
 
@@ -108,7 +111,7 @@ class DialogueState:
 
     def slot_for(self, tool: str, arg: str) -> Slot | None:
         kind = self.kinds(tool).get(arg)
-        return None if kind is None else self.slots.get(arg if kind == "enum" else kind)
+        return None if kind is None else self.slots.get(arg if kind in PER_ARGUMENT else kind)
 
     def _fn(self, tool: str) -> dict | None:
         return next((t["function"] for t in self.tools if t["function"]["name"] == tool), None)
@@ -202,7 +205,7 @@ class DialogueState:
 
     def _slots_in(self, text: str, asked: tuple[str, str] | None) -> dict[str, str]:
         """Slot key -> the caller's words, for every kind the tools take that `text` names."""
-        kinds = {(arg if kind == "enum" else kind): (tool, arg, kind)
+        kinds = {(arg if kind in PER_ARGUMENT else kind): (tool, arg, kind)
                  for tool in self.tool_names for arg, kind in self.kinds(tool).items()}
         out: dict[str, str] = {}
         ctx = KindContext(today=self.today)
@@ -226,6 +229,10 @@ class DialogueState:
                     words = _bare_name(text)  # a reply that is only a name is one, asked for or not
             elif kind == "phone_number":  # a number said in passing is a whole one; asked for, any length
                 words = find_digits(text, at_least=4 if asked_kind == kind else 7)
+                if words is None and (named := _after_argument_name(text, arg)) is not None:
+                    words = find_digits(named, at_least=3)  # "my card number is four four seven one"
+            elif kind == "text" and asked is not None and asked[1] == arg:
+                words = _reply_text(text)  # a free text is only ever the answer to its own question
             elif kind in ("integer", "email") and asked_kind == kind:
                 try:
                     words = str(parse(kind, text, ctx))
@@ -253,6 +260,29 @@ def _kind_of_arg(state: DialogueState, asked: tuple[str, str] | None) -> str | N
         if kind:
             return kind
     return None
+
+
+def _after_argument_name(text: str, arg: str) -> str | None:
+    """What `text` says after naming the argument ("card number" for `card_number`); None when it
+    does not name it."""
+    m = re.search(r"\b" + r"\s+".join(map(re.escape, arg.lower().split("_"))) + r"\b", text.lower())
+    return None if m is None else text[m.end():]
+
+
+_TEXT_CUES = re.compile(r"^\s*(?:(?:well|so|yeah|yes|okay|ok|um|uh|it'?s|it is|that'?s|that is)\b[\s,]*)+",
+                        re.IGNORECASE)
+
+
+def _reply_text(text: str) -> str | None:
+    """A free-text answer without its lead-in ("um it's the hobbit" -> "the hobbit"); None when
+    nothing is left."""
+    stripped = _TEXT_CUES.sub("", text).strip(" .,!?")
+    if not stripped:
+        return None
+    try:
+        return str(parse("text", stripped, KindContext()))
+    except KindError:
+        return None
 
 
 def _bare_name(text: str) -> str | None:
