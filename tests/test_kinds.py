@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from voice_agent.policy.calendar_words import Hours, parse_time
-from voice_agent.policy.kinds import KINDS, PARSERS, KindContext, KindError, parse, spoken_digits
+from voice_agent.policy.kinds import KINDS, PARSERS, KindContext, KindError, kind_for, parse, spoken_digits
 
 TODAY = dt.date(2026, 12, 1)  # a Tuesday
 CTX = KindContext(today=TODAY)
@@ -129,3 +129,28 @@ def test_email():
 def test_an_unknown_kind_is_an_error():
     with pytest.raises(KindError, match="unknown argument kind"):
         parse("colour", "red", CTX)
+
+
+@pytest.mark.parametrize("argument, spec, kind", [
+    ("check_in_date", {"type": "string"}, "date"), ("day", {"type": "string"}, "date"),
+    ("pickup_time", {"type": "string"}, "time"), ("guest_name", {"type": "string"}, "person_name"),
+    ("name", {}, "person_name"), ("product_name", {"type": "string"}, None),
+    ("party_size", {"type": "integer"}, "integer"), ("room_type", {"type": "string", "enum": ["single", "double"]}, "enum"),
+    ("mobile", {"type": "string"}, "phone_number"), ("card_number", {"type": "string"}, "phone_number"),
+    ("email_address", {"type": "string"}, "email"), ("registration", {"type": "string"}, "plate"),
+    ("notes", {"type": "string"}, None), ("confirmed", {"type": "boolean"}, None), ("phone", {"type": "boolean"}, None)])
+def test_a_kind_left_out_is_read_from_the_arguments_name_and_schema(argument, spec, kind):
+    assert kind_for(argument, spec) == kind
+
+
+def test_the_shipped_packs_explicit_kinds_are_what_the_names_imply():
+    # the rule reproduces what pack authors wrote (free text is never implied: it must be asked for)
+    from voice_agent.scenarios import load_scenario
+    checked = 0
+    for name in ("dental_clinic", "telecom_support", "car_garage"):
+        for t in load_scenario(name).tools:
+            for arg, spec in t["function"]["parameters"]["properties"].items():
+                if spec.get("x-kind") not in (None, "text"):
+                    assert kind_for(arg, spec) == spec["x-kind"], (name, t["function"]["name"], arg)
+                    checked += 1
+    assert checked >= 30

@@ -249,3 +249,23 @@ def test_a_free_text_is_the_reply_to_its_own_question_and_then_the_call_is_ready
                                                                           "note": "a window seat please"})
     state, _ = desk_state("leave a note, my card number is 4471", "a window seat please")
     assert "note" not in state.slots  # not asked for: a free text is never guessed from a sentence
+
+
+def test_a_pack_that_leaves_x_kind_out_gets_the_kinds_its_names_imply_and_the_policy_works():
+    hotel = parse_scenario({
+        "name": "front_desk", "system_prompt": "You book rooms.", "opening_hours": "00:00-23:59",
+        "ask": {"guest_name": "What name should the booking be under?"},
+        "tools": [{"name": "book_room", "parameters": {"type": "object", "properties": {
+            "guest_name": {"type": "string"}, "check_in_date": {"type": "string"},
+            "room_type": {"type": "string", "enum": ["single", "double"]}, "notes": {"type": "string"},
+            "nights": {"type": "integer", "x-kind": None}},  # x-kind: null opts out
+            "required": ["guest_name", "check_in_date", "room_type"]}}],
+    })
+    props = hotel.tools[0]["function"]["parameters"]["properties"]
+    assert {k: v.get("x-kind") for k, v in props.items()} == {
+        "guest_name": "person_name", "check_in_date": "date", "room_type": "enum", "notes": None, "nights": None}
+    msgs = [{"role": "system", "content": hotel.system_prompt_for(TODAY)},
+            {"role": "user", "content": "a double room from friday please, the name is Ana Ruiz"}]
+    made = D.decide(StateTracker(hotel.policy).read(msgs, hotel.tools), msgs)
+    assert made.name == "call_when_ready" and made.call[0] == "book_room"
+    assert made.call[1]["room_type"] == "double" and made.call[1]["guest_name"].lower() == "ana ruiz"

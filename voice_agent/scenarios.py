@@ -23,7 +23,7 @@ import yaml
 from engine.grounding import GROUNDED_BY_KIND, GROUNDED_KEY, KIND_KEY
 from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
 from voice_agent.policy.calendar_words import Hours
-from voice_agent.policy.kinds import KINDS
+from voice_agent.policy.kinds import KINDS, kind_for
 from voice_agent.said_phrases import PHRASE_KINDS
 
 _TODAY_RE = re.compile(r"\nToday is \w+, (\d{4}-\d{2}-\d{2})\.")
@@ -397,6 +397,8 @@ def _parse_tools(tools: Any, where: str) -> list[dict]:
             at = f"{where}: tools[{i}] ({t['name']}).{key}"
             if not isinstance(spec, dict):
                 raise ScenarioError(f"{at}: must be a JSON schema (a mapping)")
+            if KIND_KEY not in spec and GROUNDED_KEY not in spec and (kind := kind_for(key, spec)):
+                spec[KIND_KEY] = kind  # left out: the name and schema say it ("x-kind: null" opts out)
             _check_kind(spec, at)
             if GROUNDED_KEY not in spec and spec.get(KIND_KEY) in GROUNDED_BY_KIND:
                 spec[GROUNDED_KEY] = GROUNDED_BY_KIND[spec[KIND_KEY]]

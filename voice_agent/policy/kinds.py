@@ -34,6 +34,40 @@ from voice_agent.policy.calendar_words import (
 )
 
 KINDS = ("date", "time", "person_name", "integer", "phone_number", "plate", "enum", "text", "email")
+# Words before `_name` that name a thing, not a person ("product_name" is no caller's name).
+_THING_NAMES = frozenset({"product", "item", "book", "title", "company", "business", "file", "plan", "service",
+                          "street", "city", "town", "store", "shop", "hotel", "room", "event", "course", "drug",
+                          "medication", "medicine", "model", "brand", "user"})
+
+
+def kind_for(argument: str, spec: dict) -> str | None:
+    """The kind an argument's name and schema imply, for a pack that left `x-kind` out: an `enum` list
+    is a choice, an integer a count; `date`/`*_date`/`day` a date, `time`/`*_time` a time, `name`/
+    `*_name` a person (not `product_name`), `phone`, `mobile` or `*_number` digits, `email` an email,
+    `plate`/`registration` a plate. None: a free string only the model fills."""
+    if isinstance(spec.get("enum"), list):
+        return "enum"
+    if spec.get("type") == "integer":
+        return "integer"
+    if spec.get("type") not in (None, "string"):
+        return None
+    words = argument.lower().replace("-", "_").split("_")
+    last = words[-1]
+    if last in ("date", "day"):
+        return "date"
+    if last == "time":
+        return "time"
+    if last == "name" and (len(words) == 1 or words[-2] not in _THING_NAMES):
+        return "person_name"
+    if "email" in words:
+        return "email"
+    if "plate" in words or "registration" in words:
+        return "plate"
+    if "phone" in words or "mobile" in words or last == "number":
+        return "phone_number"
+    return None
+
+
 # The hesitations ASR writes down: never part of a value.
 HESITATIONS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "uhm", "hmm"})
 
@@ -301,6 +335,6 @@ def day_words(value: str) -> str:
     return spoken_day(dt.date.fromisoformat(value))
 
 
-__all__ = ["HESITATIONS", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "find_digits", "find_plate", "parse",
+__all__ = ["HESITATIONS", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "kind_for", "find_digits", "find_plate", "parse",
            "without_plate",
            "spoken_digits"]
