@@ -315,8 +315,7 @@ def said_name(user_turns: list[str]) -> str | None:
     for text in reversed(user_turns):
         # hesitations may sit inside a cue too: "it's like for simone silva" (seed-6 gen_048)
         # a comma after two words ends a name: "it's karl meyer, something's come up"
-        words = [w.replace("'", "") for w in _WORD_OR_COMMA.findall(text.lower().replace("’", "'"))
-                 if w not in HESITATIONS]
+        words = _name_words(text)
         for i in range(len(words)):
             cue = next((c for c in _NAME_CUES if tuple(words[i:i + len(c)]) == c), None)
             if cue is not None and len(name := _name_after(words[i + len(cue):])) >= 2:
@@ -328,14 +327,24 @@ def said_name(user_turns: list[str]) -> str | None:
 _NAME_DAY_VOCAB = _DAY_VOCAB - ({m[:3] for m in MONTHS} - set(MONTHS))
 
 
+def _name_words(text: str) -> list[str]:
+    """`text`'s words and commas, lowercase, apostrophes and hesitations gone: what a name is looked for in."""
+    return [w.replace("'", "") for w in _WORD_OR_COMMA.findall(text.lower().replace("’", "'")) if w not in HESITATIONS]
+
+
+def _may_be_name_word(w: str) -> bool:
+    """No common word, day, time or number (nor a comma) is part of a name."""
+    return w.isalpha() and w not in _COMMON and w not in _NAME_DAY_VOCAB and w not in _TIME_VOCAB
+
+
 def _name_after(words: list[str]) -> list[str]:
     name: list[str] = []
-    for w in words:  # said_name has dropped the hesitations
+    for w in words:  # _name_words has dropped the hesitations
         if w == ",":
             if len(name) >= 2:
                 break
             continue
-        if len(name) == 3 or not w.isalpha() or w in _COMMON or w in _NAME_DAY_VOCAB or w in _TIME_VOCAB:
+        if len(name) == 3 or not _may_be_name_word(w):
             break
         name.append(w)
     return name
@@ -347,9 +356,8 @@ def name_like_run(text: str) -> str | None:
     taken as the name (its words may be a service the pack calls otherwise); it only says the
     caller may have given one."""
     run: list[str] = []
-    for w in [w.replace("'", "") for w in _WORD_OR_COMMA.findall(text.lower().replace("’", "'"))
-              if w not in HESITATIONS] + [","]:
-        if w != "," and w.isalpha() and w not in _COMMON and w not in _NAME_DAY_VOCAB and w not in _TIME_VOCAB:
+    for w in [*_name_words(text), ","]:  # the comma closes the last run
+        if _may_be_name_word(w):
             run.append(w)
             continue
         if 2 <= len(run) <= 3:

@@ -211,12 +211,19 @@ def parse_enum(text: object, ctx: KindContext) -> str:
     raise KindError(f"which one: {listed}?" if named else f"the choices are {listed}; I heard {str(text)!r}")
 
 
+# What a free-text answer opens with that is not part of it ("well, it's the hobbit").
+_TEXT_LEAD_IN = re.compile(r"^(?:(?:well|so|yeah|yes|okay|ok|it'?s|it is|that'?s|that is)\b[\s,]*)+", re.IGNORECASE)
+
+
 def parse_text(text: object, ctx: KindContext) -> str:
-    words = str(text).split() if isinstance(text, str) else []
-    kept = [w for w in words if w.lower().strip(",.") not in HESITATIONS]
+    """Free words as the caller said them, without hesitations, a lead-in or the closing
+    punctuation: "um it's the hobbit." -> "the hobbit"."""
+    words = str(text).replace("’", "'").split() if isinstance(text, str) else []
+    kept = " ".join(w for w in words if w.lower().strip(",.") not in HESITATIONS)
+    kept = _TEXT_LEAD_IN.sub("", kept).strip(" .,!?")
     if not kept:
         raise KindError("that is missing")
-    return " ".join(kept)
+    return kept
 
 
 def parse_email(text: object, ctx: KindContext) -> str:

@@ -231,9 +231,8 @@ class DialogueState:
                 words = find_digits(text, at_least=4 if asked_kind == kind else 7)
                 if words is None and (named := _after_argument_name(text, arg)) is not None:
                     words = find_digits(named, at_least=3)  # "my card number is four four seven one"
-            elif kind == "text" and asked is not None and asked[1] == arg:
-                words = _reply_text(text)  # a free text is only ever the answer to its own question
-            elif kind in ("integer", "email") and asked_kind == kind:
+            elif ((kind in ("integer", "email") and asked_kind == kind)
+                  or (kind == "text" and asked is not None and asked[1] == arg)):  # a free text: only its own answer
                 try:
                     words = str(parse(kind, text, ctx))
                 except KindError:
@@ -267,22 +266,6 @@ def _after_argument_name(text: str, arg: str) -> str | None:
     does not name it."""
     m = re.search(r"\b" + r"\s+".join(map(re.escape, arg.lower().split("_"))) + r"\b", text.lower())
     return None if m is None else text[m.end():]
-
-
-_TEXT_CUES = re.compile(r"^\s*(?:(?:well|so|yeah|yes|okay|ok|um|uh|it'?s|it is|that'?s|that is)\b[\s,]*)+",
-                        re.IGNORECASE)
-
-
-def _reply_text(text: str) -> str | None:
-    """A free-text answer without its lead-in ("um it's the hobbit" -> "the hobbit"); None when
-    nothing is left."""
-    stripped = _TEXT_CUES.sub("", text).strip(" .,!?")
-    if not stripped:
-        return None
-    try:
-        return str(parse("text", stripped, KindContext()))
-    except KindError:
-        return None
 
 
 def _bare_name(text: str) -> str | None:
