@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "serve the engine over an OpenAI-compatible HTTP API with continuous batching"),
     "loadtest": ("loadtest", "load-test a running server with N concurrent openai-SDK clients"),
     "soak": ("soak", "bounded soak run of good, bad and disconnecting requests against a server"),
+    "train": ("train", "specialise the shipped adapter on one scenario pack: its own adapter, measured on its callers"),
     "doctor": ("doctor", "check that everything a call needs is here: models, CPU precision, audio devices, ports, LiveKit"),
 }
 

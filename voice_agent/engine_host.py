@@ -10,6 +10,15 @@ _engines: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
+def call_engine(model: str, scenario: Any, **load_kwargs: Any) -> Any:
+    """The shared engine for a call of `scenario`: with the pack's own adapter when it has one
+    (`voice-agent train --scenario`), else the shipped one."""
+    from voice_agent.packs.adapter import pack_adapter
+
+    adapter = pack_adapter(scenario, model)
+    return shared_engine(model, **load_kwargs, **({"adapter": str(adapter)} if adapter else {}))
+
+
 def shared_engine(model: str = "default", **load_kwargs: Any) -> Any:
     """`Engine.load(model, **load_kwargs)`, once per process for the same arguments (None values
     mean the engine's defaults and are left out)."""

@@ -71,11 +71,13 @@ class CallPipeline:
         return self.task
 
 
-def load_engine(model: str = "default", precision: str | None = None, threads: int | None = None):
-    """One engine per process and model: calls share the weights, each has its own session."""
-    from voice_agent.engine_host import shared_engine
+def load_engine(model: str = "default", precision: str | None = None, threads: int | None = None,
+                scenario: object = None):
+    """One engine per process and model: calls share the weights, each has its own session. With
+    `scenario`, the pack's own adapter when it has one."""
+    from voice_agent.engine_host import call_engine
 
-    return shared_engine(model, precision=precision, threads=threads)
+    return call_engine(model, scenario, precision=precision, threads=threads)
 
 
 def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: PipelineOptions | None = None,

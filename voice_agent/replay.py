@@ -336,7 +336,11 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     effort = opts.reasoning_effort or scenario.reasoning_effort
     engine = None  # with --llm-url the turns go to that server: no engine here
     if not opts.remote:
-        engine = Engine.load(opts.model, threads=opts.engine_threads, precision=opts.precision)
+        from voice_agent.packs.adapter import pack_adapter
+
+        adapter = pack_adapter(scenario, opts.model)
+        engine = Engine.load(opts.model, threads=opts.engine_threads, precision=opts.precision,
+                             **({"adapter": str(adapter)} if adapter else {}))
         if opts.decoding == "ar":
             engine = engine.variant(family="ar")  # same weights, one token per forward: diffusion's share, measured
     calls: list[dict] = []

@@ -54,7 +54,7 @@ _GLUE = {"at", "on", "the", "of", "in", "um", "uh", "like", "so", "please", "aro
 _NUMERAL = re.compile(r"\d{1,2}(:\d{2})?|\d{1,2}(st|nd|rd|th)|\d{4}-\d{2}-\d{2}")  # "10", "9:30", "7th", an ISO date
 _CALENDAR_GLUE = {"at", "on", "around", "about", "by"}  # "monday at nine": words between a day and a time
 _DAY_LEADS = {"the", "next", "this"}     # "the ninth", "next tuesday", "this coming friday"
-_DAY_NAMES = _DAYS | _MONTHS | {"today", "tomorrow"}
+_DAY_NAMES = _DAYS | _MONTHS | {"today", "tonight", "tomorrow"}
 _DAY_VOCAB = _DAY_NAMES | set(_UNITS) | set(_ORDINALS) | {"the", "of", "next", "this", "coming", "day", "after"}
 
 

@@ -31,7 +31,8 @@ def make_brain(options: CallOptions, *, engine: Any = None, session: Any = None)
     from voice_agent.brain.engine_bridge import EngineBrain
 
     if engine is None:
-        from voice_agent.engine_host import shared_engine
+        from voice_agent.engine_host import call_engine
 
-        engine = shared_engine(options.model, precision=options.precision, threads=options.engine_threads)
+        engine = call_engine(options.model, options.scenario, precision=options.precision,
+                             threads=options.engine_threads)
     return EngineBrain(engine, session)

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = call_options(args)
     # With --llm-url the turns go to that server: no engine is loaded here.
-    engine = None if options.remote else load_engine(options.model, options.precision, options.engine_threads)
+    engine = None if options.remote else load_engine(options.model, options.precision, options.engine_threads,
+                                                         scenario)
     # Load the speech models now, so the first caller does not wait for them.
     from voice_agent.services.stt import load_whisper, whisper_model_path
     from voice_agent.services.tts import load_hibari

@@ -69,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.simulate.summary import table_text
 
     opts = RunOptions.from_args(args, turn_timeout_s=args.turn_timeout, scenario=scenario.name)
+    from voice_agent.packs.adapter import pack_adapter
+
+    adapter = args.adapter or pack_adapter(scenario, opts.model)  # --adapter, else the pack's own
     load_kw = ({"threads": opts.engine_threads} | ({"precision": opts.precision} if opts.precision else {})
-               | ({"adapter": args.adapter} if args.adapter else {}))
+               | ({"adapter": str(adapter)} if adapter else {}))
     try:
         engine = Engine.load(opts.model, **load_kw)
     except FileNotFoundError as e:  # a mistyped --adapter or model folder

@@ -33,9 +33,10 @@ from livekit.plugins import silero
 
 from voice_agent.brain import make_brain
 from voice_agent.config import EFFORT_NAMES, CallOptions
+from voice_agent.engine_host import call_engine
 from voice_agent.livekit.agent import ScenarioAgent
 from voice_agent.livekit.connect import LiveKitUnreachable, check_reachable, require
-from voice_agent.livekit.llm import EngineLLM, EngineTurnMetrics, shared_engine
+from voice_agent.livekit.llm import EngineLLM, EngineTurnMetrics
 from voice_agent.livekit.stt import WhisperSTT
 from voice_agent.livekit.tts import HibariTTS
 from voice_agent.scenarios import Scenario, load_scenario
@@ -79,7 +80,7 @@ class CallFactory:
             return
         self.engine = None  # with llm_url, every call's turns go to that server
         if not self.cfg.remote:
-            self.engine = self._engine or shared_engine(self.cfg.model, precision=self.cfg.precision,
+            self.engine = self._engine or call_engine(self.cfg.model, self.scenario, precision=self.cfg.precision,
                                                         threads=self.cfg.engine_threads)
         self.vad = silero.VAD.load()
         self.backend = self.scenario.open_backend(self.cfg.store)

@@ -105,7 +105,7 @@ def parse_day(text: object, today: dt.date) -> dt.date:
         raise WordsError("which day would you like?")
     if words[:3] == ["day", "after", "tomorrow"]:
         return today + dt.timedelta(days=2)
-    if words[0] == "today":
+    if words[0] in ("today", "tonight"):
         return today
     if words[0] in ("tomorrow", "tmrw"):
         return today + dt.timedelta(days=1)

@@ -112,15 +112,22 @@ _TIMES = {"dozen": 12, "hundred": 100}
 
 def parse_integer(text: object, ctx: KindContext) -> int:
     """A count said as digits or words: "4", "for four people", "twenty two", "a dozen", "two hundred".
-    Words that are not part of a number ("people", "of us") are skipped."""
+    Words that are not part of a number ("people", "of us") are skipped; the first number said is
+    the count ("two nights, not three" is 2)."""
     value, seen = 0, False
     for w in _words(text, "the number"):
         if re.fullmatch(r"\d+", w):
-            value, seen = value + int(w), True
+            if seen:
+                break
+            value, seen = int(w), True
         elif w in _TENS or w in _SMALL:
+            if seen and not (w in _SMALL and value in _TENS.values() and _SMALL[w] < 10):
+                break  # a second number ("twenty two" goes on; "two ... three" does not)
             value, seen = value + (_TENS.get(w) or _SMALL[w]), True
         elif w in _TIMES:
             value, seen = max(value, 1) * _TIMES[w], True
+        elif seen and w not in ("and", "a"):
+            break
     if not seen:
         raise KindError(f"I didn't catch a number in {str(text)!r}")
     return value
@@ -226,13 +233,34 @@ def parse_text(text: object, ctx: KindContext) -> str:
     return kept
 
 
+_EMAIL_NOT_LOCAL = frozenset({"yeah", "yes", "its", "it's", "it", "is", "my", "email", "e", "mail", "address", "the",
+                              "sure", "ok", "okay", "so", "that's", "thats", "please", "um", "uh", "oh", "and"})
+_EMAIL_JOIN = {"dot": ".", "underscore": "_", "dash": "-", "hyphen": "-"}
+
+
 def parse_email(text: object, ctx: KindContext) -> str:
-    """"jo dot lee at example dot com" -> "jo.lee@example.com"."""
-    t = " ".join(_words(text, "the email address"))
-    t = re.sub(r"\s+(dot)\s+", ".", f" {t} ").replace(" at ", "@").replace(" ", "")
-    if not re.fullmatch(r"[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}", t):
+    """"jo dot lee at example dot com" -> "jo.lee@example.com"; words around the address ("yeah it's
+    ... please") are not part of it."""
+    raw = str(text).strip() if isinstance(text, str) else ""
+    if m := re.search(r"[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}", raw.lower()):
+        return m.group(0).rstrip(".")
+    words = [w.strip(".") for w in _words(text, "the email address")]
+    if "at" not in words:
         raise KindError(f"I didn't catch an email address in {str(text)!r}")
-    return t
+    at = len(words) - 1 - words[::-1].index("at")
+    local: list[str] = []
+    for w in reversed(words[:at]):
+        if w in _EMAIL_NOT_LOCAL or len(local) >= 5:
+            break
+        local.insert(0, _EMAIL_JOIN.get(w, w))
+    domain, i = [words[at + 1]] if at + 1 < len(words) else [], at + 2
+    while i + 1 < len(words) and words[i] in ("dot", "."):
+        domain += [".", words[i + 1]]
+        i += 2
+    address = "".join(local) + "@" + "".join(domain)
+    if not re.fullmatch(r"[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}", address):
+        raise KindError(f"I didn't catch an email address in {str(text)!r}")
+    return address
 
 
 # -- finders: a value of a kind inside a longer sentence ------------------------------------------------

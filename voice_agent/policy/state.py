@@ -53,9 +53,17 @@ from voice_agent.said_phrases import (
 from voice_agent.scenarios import SYNONYMS_KEY, CallPolicy, today_of
 
 KIND_OF_MARK = {"day": "date", "time": "time", True: "person_name", "choice": "enum"}
-# Kinds whose slot is the argument's own (two enums, or two texts, are different things); the rest
+# Kinds whose slot is the argument's own (two enums, two texts or two counts are different things); the rest
 # are kept by kind, so a date said for the search is the booking's date too.
-PER_ARGUMENT = ("enum", "text")
+PER_ARGUMENT = ("enum", "text", "integer")
+_NUMBER_KINDS = ("integer", "phone_number")
+# "double oh seven" is two digits, not a double room
+_DIGIT_REPEAT = re.compile(r"\b(?:double|triple)(?=\s+(?:oh|o|zero|one|two|three|four|five|six|seven|eight|nine|\d)\b)",
+                           re.IGNORECASE)
+# What makes a bare number a time of day even when the agent asked for a count.
+_CLOCK_CUE = re.compile(r"\d:\d|\b(am|pm|a\.m|p\.m|o'?clock|half|quarter|noon|midday|morning|afternoon|evening)\b",
+                        re.IGNORECASE)
+_EMAIL_SAID = re.compile(r"\S\s+at\s+\S+\s+dot\s+\S|\S@\S+\.\S", re.IGNORECASE)
 MAX_BARE_NAME_WORDS = 4  # a reply to the name question that is longer is not only a name
 
 
@@ -219,10 +227,15 @@ class DialogueState:
                 words = latest_said("day", [text], self.today)
             elif kind == "time":
                 words = latest_said("time", [text], self.today)
+                if words and asked_kind in _NUMBER_KINDS and not _CLOCK_CUE.search(words):
+                    words = None  # "one" in reply to "how many people?" is the count, not 1 pm
             elif kind == "enum":
-                words = latest_said("choice", [text], self.today, self._choices(tool, arg))
+                words = latest_said("choice", [_DIGIT_REPEAT.sub(" ", text)], self.today, self._choices(tool, arg))
                 if words is not None:
-                    words = str(parse("enum", words, KindContext(choices=self._choices(tool, arg))))
+                    try:
+                        words = str(parse("enum", words, KindContext(choices=self._choices(tool, arg))))
+                    except KindError:
+                        words = None  # the phrase names two choices ("beard trim" is a trim and a beard): not one
             elif kind == "person_name":
                 words = said_name([text])
                 if words is None and (asked_kind == "person_name" or not self._choice_words_in(text)):
@@ -231,8 +244,15 @@ class DialogueState:
                 words = find_digits(text, at_least=4 if asked_kind == kind else 7)
                 if words is None and (named := _after_argument_name(text, arg)) is not None:
                     words = find_digits(named, at_least=3)  # "my card number is four four seven one"
-            elif ((kind in ("integer", "email") and asked_kind == kind)
-                  or (kind == "text" and asked is not None and asked[1] == arg)):  # a free text: only its own answer
+            elif kind == "email" and asked_kind != kind and _EMAIL_SAID.search(text):
+                try:
+                    words = str(parse(kind, text, ctx))  # "x at y dot com" is an address, asked or not
+                except KindError:
+                    words = None
+            elif kind == "integer" and not (asked is not None and asked[1] == arg):
+                words = _count_with_unit(text, arg)  # "for three nights" fills `nights` unasked; a bare number does not
+            elif ((kind == "email" and asked_kind == kind)
+                  or (kind in ("integer", "text") and asked is not None and asked[1] == arg)):  # its own answer only
                 try:
                     words = str(parse(kind, text, ctx))
                 except KindError:
@@ -266,6 +286,29 @@ def _after_argument_name(text: str, arg: str) -> str | None:
     does not name it."""
     m = re.search(r"\b" + r"\s+".join(map(re.escape, arg.lower().split("_"))) + r"\b", text.lower())
     return None if m is None else text[m.end():]
+
+
+_NUMBER_WORD = (r"(?:\d+|a couple|a dozen|(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[ -](?:one|two|three|"
+                r"four|five|six|seven|eight|nine))?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                r"thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty)")
+_PEOPLE = ("people", "persons", "guests", "adults", "of us", "person", "guest", "adult")
+
+
+def _count_with_unit(text: str, arg: str) -> str | None:
+    """A count said with the argument's own noun ("three nights" for `nights`, "four people" for
+    `party_size`), as digits; None when the text has no such count."""
+    words = [w for w in arg.lower().split("_") if len(w) > 2]
+    units = {w for w in words} | {w.rstrip("s") for w in words} | {w + "s" for w in words if not w.endswith("s")}
+    if any(w in ("party", "people", "guests", "size", "covers", "group", "adults") for w in words):
+        units |= set(_PEOPLE)
+    pattern = r"\b(" + _NUMBER_WORD + r")\s+(?:" + "|".join(map(re.escape, sorted(units, key=len, reverse=True))) + r")\b"
+    m = re.search(pattern, text.lower())
+    if not m:
+        return None
+    try:
+        return str(parse("integer", m.group(1), KindContext()))
+    except KindError:
+        return None
 
 
 def _bare_name(text: str) -> str | None:

@@ -1,0 +1,74 @@
+"""What the state reads from a caller's line for counts, emails, choices and days: rules that hold
+for any scenario (a count said with its argument's own noun, a count asked for is no time of day,
+"double oh" is digits, a phrase naming two choices is neither, "tonight" is today)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from voice_agent.policy.kinds import KindContext, parse_email, parse_integer
+from voice_agent.policy.state import StateTracker
+from voice_agent.scenarios import parse_scenario
+
+TODAY = dt.date(2026, 12, 1)
+LODGE = parse_scenario({
+    "name": "lodge", "system_prompt": "You book stays and classes.", "opening_hours": "07:00-22:00",
+    "ask": {"nights": "How many nights?", "email": "What's your email?", "party_size": "How many people?"},
+    "tools": [
+        {"name": "book_stay", "parameters": {"type": "object", "properties": {
+            "arrival": {"type": "string", "x-kind": "date"}, "nights": {"type": "integer", "x-kind": "integer"},
+            "kind": {"type": "string", "enum": ["single", "double"], "x-kind": "enum"},
+            "phone": {"type": "string", "x-kind": "phone_number"}}, "required": ["arrival", "nights", "kind"]}},
+        {"name": "book_class", "parameters": {"type": "object", "properties": {
+            "party_size": {"type": "integer", "x-kind": "integer"}, "time": {"type": "string", "x-kind": "time"},
+            "email": {"type": "string", "x-kind": "email"},
+            "style": {"type": "string", "enum": ["haircut", "beard"], "x-kind": "enum",
+                      "x-synonyms": {"haircut": ["trim"], "beard": ["beard trim"]}}},
+            "required": ["party_size", "time"]}},
+    ]})
+
+
+def slots(*lines: str) -> dict[str, str]:
+    msgs = [{"role": "system", "content": LODGE.system_prompt_for(TODAY)}]
+    for line in lines:
+        msgs.append({"role": "assistant", "content": line[2:]} if line.startswith("A:") else {"role": "user", "content": line})
+    state = StateTracker(LODGE.policy).read(msgs, LODGE.tools)
+    return {k: v.words for k, v in state.slots.items()}
+
+
+def test_a_count_said_with_its_arguments_noun_is_taken_unasked():
+    assert slots("a double for three nights from friday")["nights"] == "3"
+    assert slots("a class for four people at six pm")["party_size"] == "4"
+    got = slots("a double from friday, I have two dogs")
+    assert "nights" not in got and "party_size" not in got  # not an argument's noun
+
+
+def test_a_number_answering_a_count_question_is_the_count_not_a_time():
+    got = slots("A:How many people?", "yeah, one")
+    assert got["party_size"] == "1" and "time" not in got
+    assert slots("A:How many people?", "two people at 6 pm")["time"] == "6 pm"  # a clock cue is still a time
+
+
+def test_the_first_number_said_is_the_count():
+    assert parse_integer("make that two nights, not three", KindContext()) == 2
+    assert parse_integer("twenty two", KindContext()) == 22
+    assert parse_integer("for four people", KindContext()) == 4
+
+
+def test_double_before_a_digit_is_part_of_a_number_not_a_choice():
+    got = slots("a single please, my number is oh seven seven double oh one two three")
+    assert got["kind"] == "single"
+
+
+def test_a_phrase_that_names_two_choices_is_neither_and_does_not_crash():
+    got = slots("A:How many people?", "just one for a beard trim")
+    assert got["party_size"] == "1" and "style" not in got
+
+
+def test_an_email_said_in_passing_is_taken_and_lead_in_words_are_not_part_of_it():
+    assert slots("book me in, my email is jo dot lee at example dot com")["email"] == "jo.lee@example.com"
+    assert parse_email("yeah brunod at mail dot com please", KindContext()) == "brunod@mail.com"
+
+
+def test_tonight_is_today():
+    assert slots("a single for tonight")["date"] == "tonight"
