@@ -375,3 +375,28 @@ def test_an_argument_is_decided_early_only_when_every_grounded_one_before_it_is_
     unsaid = unsaid_before_decoded(*partial_call(full), SCENARIO.tools, msgs, SCENARIO.ask)
     assert unsaid is not None and unsaid.argument == "date"  # "monday" nobody said either, and it comes first
     assert unsaid_before_decoded(*partial_call(full), SCENARIO.tools, msgs, {}) is None  # no ask block: never
+
+
+def test_a_number_argument_that_is_not_one_is_taken_from_the_caller_or_asked():
+    from voice_agent.brain.ask_guard import check_calls
+
+    tools = [{"type": "function", "function": {"name": "book_room", "parameters": {"type": "object", "properties": {
+        "guest_name": {"type": "string", "x-kind": "person_name"},
+        "phone_number": {"type": "string", "x-kind": "phone_number"},
+        "nights": {"type": "integer", "x-kind": "integer"}}}}}]
+    ask = {"phone_number": "What's your phone number?", "nights": "How many nights?"}
+
+    def call(args: dict) -> list[dict]:
+        return [{"id": "c", "type": "function", "function": {"name": "book_room", "arguments": json.dumps(args)}}]
+
+    said = [{"role": "user", "content": "a room for tom hughes, my number is five five five oh one four two"}]
+    calls = call({"guest_name": "tom hughes", "phone_number": "tom hughes", "nights": 2})
+    mended, unsaid = check_calls(calls, tools, said, ask)
+    assert unsaid is None and json.loads(calls[0]["function"]["arguments"])["phone_number"] == "5550142"
+    assert [(m.argument, m.said) for m in mended] == [("phone_number", "5550142")]
+    nothing = [{"role": "user", "content": "a room for tom hughes please"}]
+    _, unsaid = check_calls(call({"guest_name": "tom hughes", "phone_number": "tom hughes"}), tools, nothing, ask)
+    assert unsaid is not None and unsaid.question == "What's your phone number?"
+    _, unsaid = check_calls(call({"phone_number": "5550142", "nights": "the ninth"}), tools, said, ask)
+    assert unsaid is not None and unsaid.argument == "nights"
+    assert check_calls(call({"phone_number": "555 0142", "nights": "3"}), tools, said, ask) == ([], None)

@@ -94,11 +94,15 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
     whose value nobody said, if any."""
     if not calls or not ask:  # the scenario's ask block switches the whole policy on
         return [], None
+    from voice_agent.brain.kind_guard import mend_kinds  # numbers, plates, emails, counts: by their parsers
+
+    mended, unsaid = mend_kinds(calls, tools, messages, ask)
+    if unsaid is not None:
+        return mended, unsaid
     sources = source_texts(messages)
     heard = {w.lower() for src in sources for w in WORD_RE.findall(src)}
     today = today_of(messages)
     users = caller_turns(messages)
-    mended: list[Mended] = []
     for fn, args, kinds in grounded_arguments(calls, tools):
         changed = False
         for key, kind in kinds.items():

@@ -42,6 +42,7 @@ class SpecialiseConfig:
     log: Callable[[str], None] = print
     base: str = "smollm2"               # the base the adapter is for (tests: a tiny HF folder)
     rank: int = 16
+    max_len: int = 1400                 # prompt + 3 x answer tokens; longer records are skipped
     measure: Callable[[Scenario, Path, Path, Path, int], dict] | None = None  # default: `measure` below
     curve_points: list[dict] = field(default_factory=list)
 
@@ -82,7 +83,7 @@ def fit_until(cfg: SpecialiseConfig, minutes: float) -> dict:
 
     start = "" if cfg.start_adapter is None else cfg.start_adapter or str(DEFAULT_ADAPTER)
     tc = TrainConfig(data=corpus_dir(cfg), run=cfg.run / "fit", rank=cfg.rank, alpha=2.0 * cfg.rank, lr=cfg.lr,
-                     warmup=10, accum=4, block_sizes="4,4,8", max_len=1400, max_minutes=minutes, ckpt_minutes=5.0,
+                     warmup=10, accum=4, block_sizes="4,4,8", max_len=cfg.max_len, max_minutes=minutes, ckpt_minutes=5.0,
                      seed=cfg.seed, threads=cfg.threads, init_adapter=start, base=cfg.base)
     return fit(tc)
 
@@ -131,12 +132,12 @@ def specialise(scenario: Scenario, cfg: SpecialiseConfig) -> dict:
     done = trained_minutes(cfg)
     if done:
         cfg.log(f"fit: resuming at {done:.1f} of {cfg.budget_min:g} training minutes")
-    stops = [m for m in _stops(cfg.budget_min, cfg.eval_every_min) if m > done + 0.5]
+    stops = [m for m in _stops(cfg.budget_min, cfg.eval_every_min) if m > done + 0.01]
     adapter = None
     for stop in stops:
         fit_until(cfg, stop)
         done = trained_minutes(cfg)
-        if done + 0.5 < stop:  # stopped early (Ctrl-C / SIGTERM): the checkpoint is saved; resume later
+        if done < stop - 0.01:  # stopped early (Ctrl-C / SIGTERM): the checkpoint is saved; resume later
             cfg.log(f"fit: stopped at {done:.1f} min; run the same command again to resume")
             return {"stopped": True, "trained_min": round(done, 1)}
         adapter = export_adapter(cfg, done)
@@ -165,7 +166,7 @@ def specialise(scenario: Scenario, cfg: SpecialiseConfig) -> dict:
 def _stops(budget: float, every: float) -> list[float]:
     """Training minutes at which to export (and measure): every `every` minutes, and the budget."""
     out, m = [], every
-    while every > 0 and m < budget - 0.5:
+    while every > 0 and m < budget - 0.01:
         out.append(m)
         m += every
     return out + [budget]
