@@ -25,7 +25,7 @@ EFFORTS: dict[str, EffortPreset] = {
     # No step cap below the block size: a cap forces low-confidence tokens to commit together, and
     # on the default model that garbled every tool call (0 of 12 exact at 0.3 with a cap of half a
     # block, 4 of 12 at 0.9 uncapped, the same as AR; 3 of 12 at 0.9 with a cap of 3B/4, which
-    # instant keeps so that a block takes at most three passes; probe of 2026-12-01, MODEL_CARD.md).
+    # instant keeps so that a block takes at most three passes; probe of 2026-12-01, docs/model_history.md).
     # order="prefix": a position commits only once every position left of it has (held-out scripted
     # turns, adapter v6: 11-12 of 20 exact against 9 of 20 for "confidence", AR 14; first turns of
     # 30 held-out calls: no "Can day would you like" mixes, and 2.02 tokens a pass against 1.71).

@@ -3,7 +3,7 @@
 A scripted corpus (`python -m voice_agent.dialogues`) gives the one right answer for every prompt,
 so decoding its prompts and comparing with the script separates what decoding breaks from what
 training has not learnt: the same weights under AR (block 1) and under each (threshold, step cap).
-This is how the `reasoning_effort` presets were chosen (engine/weights/MODEL_CARD.md).
+This is how the `reasoning_effort` presets were chosen (docs/model_history.md).
 
   python -m engine.train probe --data runs/dialogues --n 12 --seed 1 --policies 0.3:2,0.9:4,0.9:3,ar
 """

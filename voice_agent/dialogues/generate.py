@@ -30,7 +30,7 @@ _DIARY = pack_module(SCENARIOS_DIR / "dental_clinic", "clinic_db")
 ClinicDB, _day_times, SERVICES = _DIARY.ClinicDB, _DIARY._day_times, _DIARY.SERVICES
 
 # Call kind: weight (the mix adapter v7 was trained on). Raising cancel, move, lookup and correction to
-# 4 / 3 / 2 / 2 and training 147 more steps on that corpus (adapter v8 attempt, MODEL_CARD.md) made exactly
+# 4 / 3 / 2 / 2 and training 147 more steps on that corpus (adapter v8 attempt, docs/model_history.md) made exactly
 # those kinds worse on the held-out calls (cancel 4/9 -> 1/9), so the mix stays.
 KINDS = {
     "book": 6, "book_taken": 2, "book_part": 2, "book_weekend": 1, "free": 1, "move": 2, "cancel": 2,
