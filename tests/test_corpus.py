@@ -135,3 +135,16 @@ def test_corpus_splits_by_scenario_template_and_entity(tmp_path):
 def test_the_unseen_pack_is_refused_in_a_generalist_corpus(tmp_path):
     with pytest.raises(ValueError, match="unseen"):
         build_corpus(tmp_path / "c", [UNSEEN_PACKS[0]], 5, 0, 1, progress=False)
+
+
+def test_a_boolean_argument_is_passed_as_true_or_false_and_enum_words_have_no_underscores(tmp_path):
+    source = pack_source(load_scenario("telecom_support"), tmp_path)
+    rng, seen = random.Random(5), []
+    for _ in range(60):
+        call = play(source, ValueBank("train"), rng, TODAY, "train")
+        for m in call.messages:
+            for c in m.get("tool_calls") or []:
+                if c["function"]["name"] == "record_check":
+                    seen.append(json.loads(c["function"]["arguments"])["fixed"])
+        assert not any("_" in t for t in call.caller_turns if "airplane" in t or "mobile" in t)
+    assert seen and all(isinstance(v, bool) for v in seen)

@@ -213,8 +213,12 @@ def _about_result(call: Call, message: dict) -> Act:
 def _generic_question(call: Call, tool: str, arg: str) -> str:
     """The question for an argument the scenario wrote none for."""
     words = arg.replace("_", " ")
-    if (_props(call.source.scenario, tool).get(arg) or {}).get("type") == "boolean":
+    spec = _props(call.source.scenario, tool).get(arg) or {}
+    if spec.get("type") == "boolean":
         return f"Is it {words} now, yes or no?"
+    if spec.get("enum"):
+        options = [str(v).replace("_", " ") for v in spec["enum"]]
+        return f"Which {words}: {', '.join(options[:-1])} or {options[-1]}?" if len(options) > 1 else f"Which {words}?"
     return f"What's the {words}, please?"
 
 
@@ -223,7 +227,7 @@ def _note(call: Call, tool: str, have: dict, missing: list[str], nxt: str) -> st
     return f"want {tool}; have {got}; need {', '.join(missing) or '-'} -> {nxt}"
 
 
-def _have(call: Call, tool: str) -> dict[str, str]:
+def _have(call: Call, tool: str) -> dict[str, object]:
     """The tool's arguments the caller has said, in their words (by argument, else by kind)."""
     out = {}
     by_kind = {call.plan.kinds.get(a) or kinds_of_value(call.source.scenario, a): w for a, w in call.plan.said.items()}
@@ -296,8 +300,9 @@ def _give(call: Call, arg: str, rng: random.Random, asked: bool) -> str:
     if arg == _identity(call) and plan.wrong_id is not None:
         value, plan.wrong_id = plan.wrong_id, None
         plan.values[f"__real_{arg}"] = plan.values[arg]
-    plan.said[arg] = _as_argument(kind, value)
-    return C.says(kind, arg, value, rng, asked)
+    boolean = (_props(call.source.scenario, call.target or plan.goal or "").get(arg) or {}).get("type") == "boolean"
+    plan.said[arg] = (value.canonical == "true") if boolean else _as_argument(kind, value)
+    return value.words if boolean else C.says(kind, arg, value, rng, asked)
 
 
 def _identity(call: Call) -> str | None:

@@ -149,8 +149,8 @@ class ValueBank:
 
     def enum(self, rng: random.Random, choices: dict[str, tuple[str, ...]]) -> Value:
         value = rng.choice(list(choices))
-        words = rng.choice([value.replace("_", " "), *choices[value]]) if choices[value] else value.replace("_", " ")
-        return Value(value, words)
+        words = rng.choice([value, *choices[value]]) if choices[value] else value
+        return Value(value, words.replace("_", " "))  # "full_groom" is said "full groom"
 
     # -- the dispatcher -----------------------------------------------------------------------------
     def draw(self, kind: str, rng: random.Random, today: dt.date, hours: Hours | None = None,
