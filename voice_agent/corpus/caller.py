@@ -44,6 +44,8 @@ _VERBS = {"cancel", "move", "book", "reschedule", "change", "push", "bring", "re
           "look", "refill", "open", "add", "schedule", "arrange", "set", "order", "renew", "delete", "report", "switch"}
 _QUESTION = {"when", "what", "how", "is", "do", "does", "can", "any", "are", "have", "which", "where", "who"}
 FILLERS = ["um", "uh", "so", "yeah", "ok so", "right"]
+THEN = ["great, and {r}", "thanks, and while I'm on, {r}", "perfect. oh, and {r}", "lovely, also {r}", "ok and {r}",
+        "cheers. one more thing, {r}"]
 
 
 def says(kind: str, arg: str, value: Value, rng: random.Random, asked: bool) -> str:
@@ -104,8 +106,9 @@ class CallerPlan:
     in_one_breath: int = 0                  # values volunteered in the first line
     correction: Value | None = None         # a new time after the booking, for the move tool
     wrong_id: Value | None = None           # an identity given first that the backend does not know
-    said: dict[str, str] = field(default_factory=dict)   # argument -> the words the caller used
+    said: dict[str, object] = field(default_factory=dict)   # argument -> what the agent passes for it
     done: bool = False
+    then: str | None = None                 # a second request once the first is done (same caller)
 
 
 def opener(goal: str, intents: tuple[str, ...], choice_words: list[str], thing: str, split: str,
@@ -135,5 +138,5 @@ def fact_line(phrases: tuple[str, ...], split: str, rng: random.Random) -> str:
     return bank(FACT_WRAPS, split, rng).format(p=rng.choice(phrases))
 
 
-__all__ = ["CLOSES", "CORRECTIONS", "CallerPlan", "GREETS", "OFFTOPIC", "RETRY", "THANKS_ANYWAY", "asr", "bank",
+__all__ = ["THEN", "CLOSES", "CORRECTIONS", "CallerPlan", "GREETS", "OFFTOPIC", "RETRY", "THANKS_ANYWAY", "asr", "bank",
            "fact_line", "opener", "says"]

@@ -91,6 +91,10 @@ def plan_call(source: Source, desk: Desk, bank: ValueBank, rng: random.Random, t
         plan.fact_before = rng.choice(topics)
     elif topics and rng.random() < 0.2:
         plan.fact_after = rng.choice(topics)
+    if goal and rng.random() < 0.2:  # a second request once the first is done
+        same = [t for t in goals if t != goal and roles[t] in ("read", "update", "delete", "create")
+                and (roles[goal] == "create" or roles[t] == "create")]
+        plan.then = rng.choice(same) if same else None
     if goal and roles[goal] == "create" and _fix_tool(source, goal) and rng.random() < 0.15:
         time_arg = next((a for a, k in kinds.items() if k == "time"), None)
         if time_arg:
@@ -369,6 +373,8 @@ def caller_reply(call: Call, act: Act, rng: random.Random) -> tuple[str, str] | 
             plan.said[fix_time] = new.words
         call.target, plan.done = fix, False
         return C.asr(C.bank(C.CORRECTIONS, split, rng).format(w=new.words), rng), "correction"
+    if why == "read_back" and plan.done and plan.then:
+        return _second_request(call, rng), "request"
     if plan.fact_after and (plan.done or plan.goal is None):
         topic, plan.fact_after = plan.fact_after, None
         return C.asr(C.fact_line(sc.fact_questions[topic], split, rng), rng), f"fact:{topic}"
@@ -381,6 +387,24 @@ def caller_reply(call: Call, act: Act, rng: random.Random) -> tuple[str, str] | 
     if why in ("greeting", "fact", "decline") and plan.goal and not plan.done and not call.tools_used:
         return request_line(call, rng), "request"
     return C.asr(C.bank(C.CLOSES, split, rng), rng), "close"
+
+
+def _second_request(call: Call, rng: random.Random) -> str:
+    """The caller's next request in the same call: the same person (their identity and name
+    carry over by kind), new values for the rest."""
+    plan, sc = call.plan, call.source.scenario
+    tool, plan.then = plan.then or "", None
+    by_kind = {plan.kinds[a]: v for a, v in plan.values.items() if a in plan.kinds
+               and plan.kinds[a] in ("person_name", "phone_number", "plate", "email")}
+    values, kinds = {}, {}
+    for arg in needed_args(sc, tool):
+        kinds[arg] = _kind(call, tool, arg)
+        values[arg] = by_kind.get(kinds[arg]) or _draw(call.source, ValueBank(call.split), rng, _today(call), tool, arg,
+                                                         kinds[arg])
+    plan.goal, plan.values, plan.kinds, plan.said, plan.done = tool, values, kinds, {}, False
+    call.target = tool
+    line = request_line(call, rng)
+    return C.asr(C.bank(C.THEN, call.split, rng).format(r=line), rng)
 
 
 def _new_when(call: Call, act: Act, rng: random.Random) -> tuple[str, str]:
