@@ -400,3 +400,19 @@ def test_a_number_argument_that_is_not_one_is_taken_from_the_caller_or_asked():
     _, unsaid = check_calls(call({"phone_number": "5550142", "nights": "the ninth"}), tools, said, ask)
     assert unsaid is not None and unsaid.argument == "nights"
     assert check_calls(call({"phone_number": "555 0142", "nights": "3"}), tools, said, ask) == ([], None)
+
+
+def test_a_number_the_caller_never_said_is_replaced_by_the_one_they_said():
+    from voice_agent.brain.ask_guard import check_calls
+
+    tools = [{"type": "function", "function": {"name": "lookup_customer", "parameters": {"type": "object",
+              "properties": {"phone_number": {"type": "string", "x-kind": "phone_number"}}}}}]
+    ask = {"phone_number": "Can I have the mobile number, please?"}
+    said = [{"role": "user", "content": "my data stopped working"}, {"role": "assistant", "content": "The number?"},
+            {"role": "user", "content": "It's five five five oh one four two."}]
+    calls = [{"id": "c", "type": "function", "function": {"name": "lookup_customer",
+                                                          "arguments": json.dumps({"phone_number": "five five four three"})}}]
+    mended, unsaid = check_calls(calls, tools, said, ask)
+    assert unsaid is None and json.loads(calls[0]["function"]["arguments"]) == {"phone_number": "5550142"}
+    calls[0]["function"]["arguments"] = json.dumps({"phone_number": "555 0142"})  # the caller's own, spaced: kept
+    assert check_calls(calls, tools, said, ask) == ([], None)

@@ -126,6 +126,14 @@ def test_email():
         parse("email", "no idea", CTX)
 
 
+def test_boolean():
+    assert parse("boolean", "I restarted it and now it works", CTX) is True
+    assert parse("boolean", "I restarted it and it still doesn't work", CTX) is False
+    assert parse("boolean", "yes", CTX) is True and parse("boolean", "no", CTX) is False
+    with pytest.raises(KindError):
+        parse("boolean", "the APN settings", CTX)
+
+
 def test_an_unknown_kind_is_an_error():
     with pytest.raises(KindError, match="unknown argument kind"):
         parse("colour", "red", CTX)
@@ -138,7 +146,8 @@ def test_an_unknown_kind_is_an_error():
     ("party_size", {"type": "integer"}, "integer"), ("room_type", {"type": "string", "enum": ["single", "double"]}, "enum"),
     ("mobile", {"type": "string"}, "phone_number"), ("card_number", {"type": "string"}, "phone_number"),
     ("email_address", {"type": "string"}, "email"), ("registration", {"type": "string"}, "plate"),
-    ("notes", {"type": "string"}, None), ("confirmed", {"type": "boolean"}, None), ("phone", {"type": "boolean"}, None)])
+    ("notes", {"type": "string"}, None), ("confirmed", {"type": "boolean"}, "boolean"), ("phone", {"type": "boolean"}, "boolean"),
+    ("amount", {"type": "number"}, None)])
 def test_a_kind_left_out_is_read_from_the_arguments_name_and_schema(argument, spec, kind):
     assert kind_for(argument, spec) == kind
 

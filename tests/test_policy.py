@@ -201,7 +201,8 @@ def test_ask_missing_leaves_words_that_may_be_an_uncued_name_to_the_model():
 
 def test_the_decisions_and_their_priority():
     assert [d.__name__ for d in D.DECISIONS] == ["greeting_only", "closing_only", "correct_done_call",
-                                                "call_when_ready", "facts_only", "search_first", "ask_missing"]
+                                                "call_when_ready", "facts_only", "search_first", "ask_missing",
+                                                "follow_result"]
 
 
 def test_decide_takes_the_first_decision_in_priority():

@@ -72,3 +72,43 @@ def test_an_email_said_in_passing_is_taken_and_lead_in_words_are_not_part_of_it(
 
 def test_tonight_is_today():
     assert slots("a single for tonight")["date"] == "tonight"
+
+
+CHECKS = parse_scenario({
+    "name": "support", "system_prompt": "You fix mobile data.",
+    "intents": {"record_check": ["data not working"]},
+    "instead": {"record_check": {"when_result": "open_a_ticket", "call": "open_ticket"}},
+    "tools": [
+        {"name": "record_check", "parameters": {"type": "object", "properties": {
+            "phone": {"type": "string", "x-kind": "phone_number"},
+            "check": {"type": "string", "enum": ["airplane_mode", "restart"], "x-kind": "enum",
+                      "x-synonyms": {"airplane_mode": ["airplane mode"], "restart": ["restarted"]}},
+            "fixed": {"type": "boolean"}}, "required": ["phone", "check"]}},
+        {"name": "open_ticket", "parameters": {"type": "object", "properties": {
+            "phone": {"type": "string", "x-kind": "phone_number"}}, "required": ["phone"]}}]})
+
+
+def _decide(msgs: list[dict]):
+    from voice_agent.policy.decisions import decide
+
+    full = [{"role": "system", "content": CHECKS.system_prompt_for(TODAY)}, *msgs]
+    return decide(StateTracker(CHECKS.policy).read(full, CHECKS.tools), full)
+
+
+def test_an_optional_yes_no_said_this_turn_goes_in_the_call():
+    d = _decide([{"role": "user", "content": "my data not working, the number is 5550142"},
+                 {"role": "assistant", "content": "Is airplane mode off?"},
+                 {"role": "user", "content": "I restarted it and now it works"}])
+    assert d.name == "call_when_ready" and d.call == ("record_check", {"phone": "5550142", "check": "restart", "fixed": True})
+    d = _decide([{"role": "user", "content": "my data not working, the number is 5550142"},
+                 {"role": "user", "content": "airplane mode is off"}])
+    assert d.call == ("record_check", {"phone": "5550142", "check": "airplane_mode"})  # no yes/no said: left out
+
+
+def test_a_result_field_the_scenario_names_is_followed_by_its_call():
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "record_check", "arguments": '{"phone": "5550142", "check": "restart", "fixed": false}'}}]}
+    said = [{"role": "user", "content": "data not working, 5550142"}, {"role": "user", "content": "restarted, no luck"}]
+    d = _decide([*said, call, {"role": "tool", "tool_call_id": "c1", "content": '{"open_a_ticket": true}'}])
+    assert d.name == "follow_result" and d.call == ("open_ticket", {"phone": "5550142"})
+    assert _decide([*said, call, {"role": "tool", "tool_call_id": "c1", "content": '{"open_a_ticket": false}'}]) is None

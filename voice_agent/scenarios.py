@@ -285,7 +285,7 @@ def _parse_instead(instead: Any, tools: list[dict], where: str) -> dict[str, dic
     in this call is made as `other`)."""
     if instead is None:
         return {}
-    shape = "{when_said: kind, call: tool} or {after: tool, call: tool}"
+    shape = "{when_said: kind, call: tool}, {after: tool, call: tool} or {when_result: field, call: tool}"
     if not isinstance(instead, dict):
         raise ScenarioError(f"{where}: 'instead' must map a tool name to {shape}")
     props = {t["function"]["name"]: t["function"]["parameters"].get("properties") or {} for t in tools}
@@ -293,11 +293,17 @@ def _parse_instead(instead: Any, tools: list[dict], where: str) -> dict[str, dic
     for tool, rule in instead.items():
         if tool not in props:
             raise ScenarioError(f"{where}: instead.{tool}: no tool named {tool!r}; known: {', '.join(sorted(props))}")
-        if not isinstance(rule, dict) or set(rule) not in ({"when_said", "call"}, {"after", "call"}):
+        if not isinstance(rule, dict) or set(rule) not in ({"when_said", "call"}, {"after", "call"},
+                                                           {"when_result", "call"}):
             raise ScenarioError(f"{where}: instead.{tool} must be {shape}")
         other = rule["call"]
         if other not in props or other == tool:
             raise ScenarioError(f"{where}: instead.{tool}.call: no other tool named {other!r}")
+        if "when_result" in rule:
+            if not isinstance(rule["when_result"], str) or not rule["when_result"].strip():
+                raise ScenarioError(f"{where}: instead.{tool}.when_result must name a field of {tool}'s result")
+            out[str(tool)] = {"when_result": rule["when_result"].strip(), "call": str(other)}
+            continue
         if "after" in rule:
             if rule["after"] not in props:
                 raise ScenarioError(f"{where}: instead.{tool}.after: no tool named {rule['after']!r}")

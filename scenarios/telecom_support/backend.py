@@ -16,6 +16,7 @@ from voice_agent.policy.kinds import KindContext, KindError, parse, spoken_digit
 PLANS = {"basic": (10, 5), "plus": (25, 30), "unlimited": (40, None)}  # dollars a month, gigabytes (None: unlimited)
 PASSES = {"europe": 15, "usa": 20, "world": 35}
 CHECKS = ("airplane_mode", "mobile_data", "apn", "restart")
+DATA_FAULT = "mobile data not working after the checks"  # a ticket's issue when the caller gave none
 SEED = [  # phone, name, plan, data used (GB), balance (dollars owed)
     ("5550142", "Priya Natarajan", "basic", 4.6, 0.0), ("5550199", "Marcus Webb", "plus", 12.3, 25.0),
     ("5550117", "Elena Sokolova", "unlimited", 61.0, 0.0), ("5550175", "Daniel Okafor", "basic", 1.2, 10.0),
@@ -121,7 +122,7 @@ class MobileAccounts(Backend):
         return {"added": True, "name": c["name"], "region": region, "price": f"{PASSES[region]} dollars",
                 "valid_until": ends.isoformat()}
 
-    def record_check(self, phone_number: str, check: str, fixed: bool | str) -> dict:
+    def record_check(self, phone_number: str, check: str, fixed: bool | str = False) -> dict:
         check = self._choice(check, CHECKS, "check")
         fixed = fixed if isinstance(fixed, bool) else str(fixed).strip().lower() in ("true", "yes", "1")
         with self._db() as con:
@@ -133,9 +134,8 @@ class MobileAccounts(Backend):
                 "next_check": None if fixed or not todo else todo[0],
                 "open_a_ticket": not fixed and not todo}
 
-    def open_ticket(self, phone_number: str, issue: str) -> dict:
-        if not str(issue or "").strip():
-            raise ToolError("What is the problem, in a few words?")
+    def open_ticket(self, phone_number: str, issue: str = DATA_FAULT) -> dict:
+        issue = str(issue or "").strip() or DATA_FAULT
         with self._db() as con:
             c = self._customer(con, phone_number)
             tid = con.execute("INSERT INTO tickets(phone, issue, opened) VALUES (?, ?, ?)",

@@ -4,9 +4,10 @@ The tool-call guide makes a small model fill every required argument, so on a sc
 saw it may write the guest's name where the phone number goes ("phone_number": "tom hughes"), or a
 count of nights as "the ninth". Such a call either fails in the backend or, worse, finds the wrong
 record. Each argument whose `x-kind` is a phone number, registration, email or count is read by its
-kind's parser (voice_agent/policy/kinds.py); one that does not read as its kind takes the value of
-that kind the caller said most recently, and when they said none the scenario's question for it is
-asked instead (`ask`), as the ask guard does for names, days and times.
+kind's parser (voice_agent/policy/kinds.py); one that does not read as its kind, or a number or plate
+the caller never said ("five five four three" for "five five five oh one four two"), takes the value
+of that kind the caller said most recently, and when they said none the scenario's question for it
+is asked instead (`ask`), as the ask guard does for names, days and times.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def mend_kinds(calls: list[dict], tools: list[dict], messages: list[dict],
         changed = False
         for key, value in list(args.items()):
             kind = (props.get(key) or {}).get("x-kind")
-            if kind not in GUARDED_KINDS or value is None or _reads_as(kind, value):
+            if kind not in GUARDED_KINDS or value is None:
+                continue
+            if _reads_as(kind, value) and (kind not in _COPIED or _was_said(kind, value, users)):
                 continue
             said = _latest(kind, users)
             if said is not None:
@@ -52,6 +55,20 @@ def mend_kinds(calls: list[dict], tools: list[dict], messages: list[dict],
         if changed:
             fn["arguments"] = json.dumps(args) if isinstance(raw, str) else args
     return mended, None
+
+
+_COPIED = ("phone_number", "plate")  # copied from the caller: a number they never said is not theirs
+
+
+def _was_said(kind: str, value: object, users: list[str]) -> bool:
+    """The caller said this number (or plate), or said none at all (then it cannot be checked)."""
+    own = str(parse(kind, value, KindContext()))
+    said = [v for v in (_found(kind, t) for t in users) if v]
+    return not said or any(own == v or (kind == "phone_number" and len(own) >= 7 and own in v) for v in said)
+
+
+def _found(kind: str, text: str) -> str | None:
+    return find_digits(text, at_least=4) if kind == "phone_number" else find_plate(text)
 
 
 def _reads_as(kind: str, value: object) -> bool:

@@ -13,6 +13,7 @@
 | 5 | `facts_only` | the caller only asks about the scenario's facts (no call is ready): those facts, word for word |
 | 6 | `search_first` | the tool the caller is after has a search in the scenario's `instead` block, and the caller named what it needs but not yet what switches to the tool: the search |
 | 7 | `ask_missing` | the caller's words moved the tool on and it still lacks an argument: the scenario's question for it (the tool's own first; then what, when, who) |
+| 8 | `follow_result` | a tool's result has the field the scenario's `instead: {T: {when_result: F, call: M}}` names, true: M, with its arguments from the state and T's call |
 
 None of them: the model decides the turn. A call the model writes is checked at the second point
 (brain/ask_guard.py: an argument nobody said is asked for instead; policy/instead.py: the scenario's
@@ -84,9 +85,51 @@ def call_when_ready(state: DialogueState, messages: list[dict]) -> Decision | No
         args[arg] = slot.words
     if not args or not any(state.slot_for(tool, a).turn == state.turn for a in args):
         return None
+    args |= _optional_said(state, tool, args)
     if any(_same_args(state, tool, o.arguments, args) for o in state.outcomes if o.tool == tool):
         return None  # made already with these values (a failed one is the model's to answer)
     return Decision("call_when_ready", call=(tool, args))
+
+
+def _optional_said(state: DialogueState, tool: str, args: dict) -> dict:
+    """The tool's other arguments the caller said for this request (a yes/no only in this turn: it
+    answers about what was just said)."""
+    out = {}
+    for arg, kind in state.kinds(tool).items():
+        slot = state.slot_for(tool, arg)
+        if arg in args or slot is None or slot.turn < state.wanted_since:
+            continue
+        if kind == "boolean" and slot.turn != state.turn:
+            continue
+        out[arg] = (slot.words == "true") if kind == "boolean" else slot.words
+    return out
+
+
+def follow_result(state: DialogueState, messages: list[dict]) -> Decision | None:
+    """The scenario's `instead: {T: {when_result: F, call: M}}`: a result of T whose field F is true
+    is followed by M, with M's arguments from the state and T's call by kind (the last data check
+    that failed opens the ticket)."""
+    if not messages or messages[-1].get("role") != "tool" or not state.outcomes:
+        return None
+    last = state.outcomes[-1]
+    rule = state.policy.instead.get(last.tool) or {}
+    field_name, follow = rule.get("when_result"), rule.get("call")
+    if not field_name or not follow or not (isinstance(last.result, dict) and last.result.get(field_name) is True):
+        return None
+    by_kind = {state.kinds(last.tool).get(a): v for a, v in last.arguments.items()}
+    args = {}
+    for arg in state.required(follow):
+        slot = state.slot_for(follow, arg)
+        kind = state.kinds(follow).get(arg)
+        if kind in by_kind and kind not in ("enum", "text", "boolean", "integer"):
+            args[arg] = by_kind[kind]
+        elif slot is not None:
+            args[arg] = slot.words
+        else:
+            return None
+    if any(o.tool == follow and o.ok and o.turn == state.turn for o in state.outcomes):
+        return None
+    return Decision("follow_result", call=(follow, args))
 
 
 def correct_done_call(state: DialogueState, messages: list[dict]) -> Decision | None:
@@ -190,7 +233,8 @@ def ask_missing(state: DialogueState, messages: list[dict]) -> Decision | None:
 
 
 DECISIONS: list[Callable[[DialogueState, list[dict]], Decision | None]] = [
-    greeting_only, closing_only, correct_done_call, call_when_ready, facts_only, search_first, ask_missing]
+    greeting_only, closing_only, correct_done_call, call_when_ready, facts_only, search_first, ask_missing,
+    follow_result]
 
 
 def decide(state: DialogueState, messages: list[dict]) -> Decision | None:

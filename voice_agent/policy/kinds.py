@@ -33,7 +33,7 @@ from voice_agent.policy.calendar_words import (
     parse_time,
 )
 
-KINDS = ("date", "time", "person_name", "integer", "phone_number", "plate", "enum", "text", "email")
+KINDS = ("date", "time", "person_name", "integer", "phone_number", "plate", "enum", "text", "email", "boolean")
 # Words before `_name` that name a thing, not a person ("product_name" is no caller's name).
 _THING_NAMES = frozenset({"product", "item", "book", "title", "company", "business", "file", "plan", "service",
                           "street", "city", "town", "store", "shop", "hotel", "room", "event", "course", "drug",
@@ -49,6 +49,8 @@ def kind_for(argument: str, spec: dict) -> str | None:
         return "enum"
     if spec.get("type") == "integer":
         return "integer"
+    if spec.get("type") == "boolean":
+        return "boolean"
     if spec.get("type") not in (None, "string"):
         return None
     words = argument.lower().replace("-", "_").split("_")
@@ -263,6 +265,29 @@ def parse_email(text: object, ctx: KindContext) -> str:
     return address
 
 
+_NO = re.compile(r"\b(no|nope|nah|not|still|isn'?t|doesn'?t|didn'?t|won'?t|can'?t|broken|nothing|never)\b")
+_YES = re.compile(r"\b(yes|yeah|yep|yup|correct|sure|works?|working|fixed|sorted|it does|it is)\b")
+# A statement that answers "is it working now?" unasked ("now it works", "it still doesn't work").
+WORKS_CUE = re.compile(r"\b(works?|working|fixed|sorted)\b", re.IGNORECASE)
+
+
+def parse_boolean(text: object, ctx: KindContext) -> bool:
+    """A yes or a no: "yes", "it works now", "fixed" are true; "no", "still not working", "it doesn't
+    work" are false (a negation wins)."""
+    if isinstance(text, bool):
+        return text
+    t = " ".join(_words(text, "the answer"))
+    if t in ("true", "1"):
+        return True
+    if t in ("false", "0"):
+        return False
+    if _NO.search(t):
+        return False
+    if _YES.search(t):
+        return True
+    raise KindError(f"I didn't catch a yes or a no in {str(text)!r}")
+
+
 # -- finders: a value of a kind inside a longer sentence ------------------------------------------------
 
 _PLATE_STOP = frozenset({"the", "for", "and", "is", "at", "on", "in", "my", "it", "its", "it's", "an", "to", "of", "me",
@@ -340,7 +365,7 @@ def find_digits(text: str, at_least: int = 4) -> str | None:
 PARSERS: dict[str, Callable[[object, KindContext], object]] = {
     "date": parse_date, "time": parse_clock_time, "person_name": parse_person_name, "integer": parse_integer,
     "phone_number": parse_phone_number, "plate": parse_plate, "enum": parse_enum, "text": parse_text,
-    "email": parse_email,
+    "email": parse_email, "boolean": parse_boolean,
 }
 assert set(PARSERS) == set(KINDS)
 
@@ -370,6 +395,6 @@ def day_words(value: str) -> str:
     return spoken_day(dt.date.fromisoformat(value))
 
 
-__all__ = ["HESITATIONS", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "kind_for", "find_digits", "find_plate", "parse",
+__all__ = ["HESITATIONS", "WORKS_CUE", "parse_boolean", "KINDS", "KindContext", "KindError", "PARSERS", "day_words", "kind_for", "find_digits", "find_plate", "parse",
            "without_plate",
            "spoken_digits"]

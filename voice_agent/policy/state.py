@@ -35,6 +35,7 @@ from typing import Any
 from engine.grounding import grounding_mark
 from voice_agent.policy.kinds import (
     HESITATIONS,
+    WORKS_CUE,
     KindContext,
     KindError,
     find_digits,
@@ -55,7 +56,7 @@ from voice_agent.scenarios import SYNONYMS_KEY, CallPolicy, today_of
 KIND_OF_MARK = {"day": "date", "time": "time", True: "person_name", "choice": "enum"}
 # Kinds whose slot is the argument's own (two enums, two texts or two counts are different things); the rest
 # are kept by kind, so a date said for the search is the booking's date too.
-PER_ARGUMENT = ("enum", "text", "integer")
+PER_ARGUMENT = ("enum", "text", "integer", "boolean")
 _NUMBER_KINDS = ("integer", "phone_number")
 # "double oh seven" is two digits, not a double room
 _DIGIT_REPEAT = re.compile(r"\b(?:double|triple)(?=\s+(?:oh|o|zero|one|two|three|four|five|six|seven|eight|nine|\d)\b)",
@@ -249,6 +250,12 @@ class DialogueState:
                     words = str(parse(kind, text, ctx))  # "x at y dot com" is an address, asked or not
                 except KindError:
                     words = None
+            elif kind == "boolean":  # its own question's answer, or "now it works" / "still doesn't work"
+                if (asked is not None and asked[1] == arg) or WORKS_CUE.search(text):
+                    try:
+                        words = "true" if parse("boolean", text, ctx) else "false"
+                    except KindError:
+                        words = None
             elif kind == "integer" and not (asked is not None and asked[1] == arg):
                 words = _count_with_unit(text, arg)  # "for three nights" fills `nights` unasked; a bare number does not
             elif ((kind == "email" and asked_kind == kind)
