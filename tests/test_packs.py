@@ -324,7 +324,7 @@ def test_the_telecom_pack_changes_a_plan_adds_a_pass_and_opens_a_ticket(tmp_path
     assert tools["change_plan"]({"phone_number": "555 0142", "plan": "unlimited"})["new_plan"] == "unlimited"
     assert "already on" in tools["change_plan"]({"phone_number": "5550142", "plan": "unlimited"})["error"]
     assert tools["add_roaming_pass"]({"phone_number": "5550142", "region": "europe"})["valid_until"] == "2026-12-08"
-    for check in ("airplane_mode", "mobile_data", "apn"):
+    for check in ("airplane_mode", "data_switch", "apn"):
         assert not tools["record_check"]({"phone_number": "5550142", "check": check, "fixed": False})["open_a_ticket"]
     assert tools["record_check"]({"phone_number": "5550142", "check": "restart", "fixed": "no"})["open_a_ticket"]
     assert tools["open_ticket"]({"phone_number": "5550142", "issue": "no data"})["ticket"] == "T1001"

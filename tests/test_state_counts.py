@@ -112,3 +112,13 @@ def test_a_result_field_the_scenario_names_is_followed_by_its_call():
     d = _decide([*said, call, {"role": "tool", "tool_call_id": "c1", "content": '{"open_a_ticket": true}'}])
     assert d.name == "follow_result" and d.call == ("open_ticket", {"phone": "5550142"})
     assert _decide([*said, call, {"role": "tool", "tool_call_id": "c1", "content": '{"open_a_ticket": false}'}]) is None
+
+
+def test_a_tools_own_questions_are_asked_in_the_order_the_scenario_wrote_them():
+    from voice_agent.policy.decisions import decide
+
+    sc = parse_scenario({"name": "s", "system_prompt": "p",
+                         "ask": {"record_check.phone": "Your number?", "record_check.check": "Is airplane mode off?"},
+                         "intents": {"record_check": ["data not working"]}, "tools": CHECKS.tools})
+    msgs = [{"role": "system", "content": sc.system_prompt_for(TODAY)}, {"role": "user", "content": "data not working"}]
+    assert decide(StateTracker(sc.policy).read(msgs, sc.tools), msgs).say == "Your number?"  # who first, as written

@@ -15,7 +15,7 @@ from voice_agent.policy.kinds import KindContext, KindError, parse, spoken_digit
 
 PLANS = {"basic": (10, 5), "plus": (25, 30), "unlimited": (40, None)}  # dollars a month, gigabytes (None: unlimited)
 PASSES = {"europe": 15, "usa": 20, "world": 35}
-CHECKS = ("airplane_mode", "mobile_data", "apn", "restart")
+CHECKS = ("airplane_mode", "data_switch", "apn", "restart")
 DATA_FAULT = "mobile data not working after the checks"  # a ticket's issue when the caller gave none
 SEED = [  # phone, name, plan, data used (GB), balance (dollars owed)
     ("5550142", "Priya Natarajan", "basic", 4.6, 0.0), ("5550199", "Marcus Webb", "plus", 12.3, 25.0),

@@ -191,7 +191,9 @@ def next_act(call: Call, tracker: StateTracker, caller_act: str) -> Act:
             return Act(call=(search, sargs), why="search", note=_note(call, target, have, missing, f"call {search}"))
     if missing:
         kinds = {a: _kind(call, target, a) for a in missing}
-        missing.sort(key=lambda a: (f"{target}.{a}" not in sc.ask, _ASK_ORDER.get(kinds[a], 9)))
+        own = [k for k in sc.ask if k.startswith(f"{target}.")]  # the runtime's order (decisions.ask_missing)
+        missing.sort(key=lambda a: (f"{target}.{a}" not in own, own.index(f"{target}.{a}") if f"{target}.{a}" in own
+                                    else 0, _ASK_ORDER.get(kinds[a], 9)))
         arg = missing[0]
         q = ask_question(sc.ask, target, arg) or _generic_question(call, target, arg)
         return Act(say=q, why=f"ask:{arg}", note=_note(call, target, have, missing, f"ask {arg}"), asked_tool=target)

@@ -218,9 +218,11 @@ def ask_missing(state: DialogueState, messages: list[dict]) -> Decision | None:
     if not fresh:
         return None
     missing = [a for a in needed(state, tool) if state.slot_for(tool, a) is None]
-    # the tool's own questions first (a move asks whose booking before when), then what, when, who
-    own = state.policy.ask
-    missing.sort(key=lambda a: (f"{tool}.{a}" not in own, _ASK_ORDER.get(kinds.get(a, ""), 9)))
+    # the tool's own questions first, in the order the scenario wrote them (a move asks whose booking
+    # before when), then what, when, who
+    own = [key for key in state.policy.ask if key.startswith(f"{tool}.")]
+    missing.sort(key=lambda a: (f"{tool}.{a}" not in own, own.index(f"{tool}.{a}") if f"{tool}.{a}" in own else 0,
+                                _ASK_ORDER.get(kinds.get(a, ""), 9)))
     for arg in missing:
         if kinds.get(arg) == "person_name" and state.maybe_name_turn == state.turn:
             return None  # words that may be the name, with no cue: the model reads them
