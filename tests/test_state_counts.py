@@ -122,3 +122,14 @@ def test_a_tools_own_questions_are_asked_in_the_order_the_scenario_wrote_them():
                          "intents": {"record_check": ["data not working"]}, "tools": CHECKS.tools})
     msgs = [{"role": "system", "content": sc.system_prompt_for(TODAY)}, {"role": "user", "content": "data not working"}]
     assert decide(StateTracker(sc.policy).read(msgs, sc.tools), msgs).say == "Your number?"  # who first, as written
+
+
+def test_the_tool_just_served_is_wanted_again_when_its_choice_is_named_anew():
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "record_check", "arguments": '{"phone": "5550142", "check": "airplane_mode"}'}}]}
+    msgs = [{"role": "user", "content": "data not working, 5550142"}, {"role": "user", "content": "airplane mode is off"},
+            call, {"role": "tool", "tool_call_id": "c1", "content": '{"recorded": "airplane_mode"}'},
+            {"role": "assistant", "content": "Noted. Next, try a restart."},
+            {"role": "user", "content": "I restarted it and it still doesn't work"}]
+    d = _decide(msgs)
+    assert d.name == "call_when_ready" and d.call == ("record_check", {"phone": "5550142", "check": "restart", "fixed": False})

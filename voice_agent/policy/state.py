@@ -188,19 +188,25 @@ class DialogueState:
         self.wanted, self.wanted_turn = tool, self.turn
 
     def _enum_choice_tool(self, text: str) -> str | None:
-        """The one tool without intent phrases that takes an enum value the caller named."""
-        hits = []
-        for tool in self.tool_names:
-            if tool in self.policy.intents:
-                continue
-            if any(kind == "enum" and latest_said("choice", [text], self.today, self._choices(tool, arg))
-                   for arg, kind in self.kinds(tool).items()):
-                hits.append(tool)
+        """The one tool that takes an enum value the caller named: a tool without intent phrases
+        first (naming a service is booking one), else one with them ("switch to the plus plan");
+        right after the wanted tool was served, that tool again when its own choice is named anew
+        (the next check of a checklist)."""
+        served = self.outcomes[-1].tool if self.outcomes and self.outcomes[-1].ok and self.wanted is None \
+            and self.outcomes[-1].turn == self.turn - 1 else None
+        if served and self._names_choice_of(served, text):
+            return served
+        hits = [t for t in self.tool_names if t not in self.policy.intents and self._names_choice_of(t, text)] or \
+            [t for t in self.tool_names if t in self.policy.intents and self._names_choice_of(t, text)]
         if len(hits) > 1:  # several take it (a search and a booking): the one the caller's words fill most
             filled = {t: sum(self.slot_for(t, a) is not None for a in self.required(t)) for t in hits}
             best = max(filled.values())
             hits = [t for t in hits if filled[t] == best]
         return hits[0] if len(hits) == 1 else None
+
+    def _names_choice_of(self, tool: str, text: str) -> bool:
+        return any(kind == "enum" and latest_said("choice", [text], self.today, self._choices(tool, arg))
+                   for arg, kind in self.kinds(tool).items())
 
     def _choice_words_in(self, text: str) -> bool:
         """`text` names a value of some enum argument ("teeth whitening" is no name)."""
