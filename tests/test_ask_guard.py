@@ -416,3 +416,15 @@ def test_a_number_the_caller_never_said_is_replaced_by_the_one_they_said():
     assert unsaid is None and json.loads(calls[0]["function"]["arguments"]) == {"phone_number": "5550142"}
     calls[0]["function"]["arguments"] = json.dumps({"phone_number": "555 0142"})  # the caller's own, spaced: kept
     assert check_calls(calls, tools, said, ask) == ([], None)
+
+
+def test_a_call_still_being_written_is_not_read_by_kind():
+    from voice_agent.brain.ask_guard import unsaid_before_decoded
+
+    tools = [{"type": "function", "function": {"name": "book_room", "parameters": {"type": "object", "properties": {
+        "guest_name": {"type": "string", "x-kind": "person_name", "x-grounded": True},
+        "phone_number": {"type": "string", "x-kind": "phone_number"}}}}}]
+    ask = {"phone_number": "Your number?", "guest_name": "Your name?"}
+    said = [{"role": "user", "content": "a room for liam doherty please"}]
+    # half a number, mid-decode: no question and no error (it raised ValueError and cost the turn)
+    assert unsaid_before_decoded("book_room", {"guest_name": "liam doherty", "phone_number": "07"}, tools, said, ask) is None

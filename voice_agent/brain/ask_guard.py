@@ -86,7 +86,7 @@ class Mended:
 
 
 def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
-                ask: dict[str, str]) -> tuple[list[Mended], Unsaid | None]:
+                ask: dict[str, str], finished: bool = True) -> tuple[list[Mended], Unsaid | None]:
     """Mend, in place, each typed grounded argument (`x-grounded: day|time|choice`) that is not the
     caller's phrase of its kind (for a choice: not their latest), when the caller's latest
     words of that kind name one (said_phrases.py), and drop hesitations from copied names; then
@@ -96,7 +96,8 @@ def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],
         return [], None
     from voice_agent.brain.kind_guard import mend_kinds  # numbers, plates, emails, counts: by their parsers
 
-    mended, unsaid = mend_kinds(calls, tools, messages, ask)
+    # A call still being written has a half-written number in it: only a finished call is read by kind.
+    mended, unsaid = mend_kinds(calls, tools, messages, ask) if finished else ([], None)
     if unsaid is not None:
         return mended, unsaid
     sources = source_texts(messages)
@@ -218,10 +219,10 @@ def unsaid_before_decoded(name: str, args: dict[str, str], tools: list[dict], me
         return None
     calls = [call_of(name, args)]
     ground_calls(calls, tools, messages)  # as the engine mends a finished call before the guard sees it
-    unsaid = check_calls(calls, tools, messages, ask)[1]
-    if unsaid is None:
-        return None
+    unsaid = check_calls(calls, tools, messages, ask, finished=False)[1]
     kinds = grounded_kinds(tool)
+    if unsaid is None or unsaid.argument not in kinds:
+        return None
     keys = list(kinds)
     if any(k not in args for k in keys[: keys.index(unsaid.argument)]):
         return None
