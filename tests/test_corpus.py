@@ -112,6 +112,8 @@ def test_the_note_is_the_compact_state_and_the_next_act(tmp_path):
 def test_read_back_and_errors_are_generic():
     text, why = success_reply({"date": "2026-12-09", "day": "Wednesday, December 9th", "free_times": ["9 am", "10 am"]})
     assert why == "options" and "9 am or 10 am" in text
+    text, _ = success_reply({"free_times": ["9 am", "10 am", "11 am", "12 pm", "1 pm"]})
+    assert "I have 9 am, 10 am or 11 am." in text and "12 pm" not in text  # three at most
     text, why = success_reply({"booked": True, "when": "Monday at 9 am", "service": "mot"})
     assert text.startswith("You're booked for Monday at 9 am") and why == "read_back"
     text, why = success_reply({"plan": "basic", "roaming_passes": []})
