@@ -109,6 +109,7 @@ class Engine:
 
                 meta = merge_adapter(ckpt.model, adapter_path)
                 info["adapter"] = meta
+                info["adapter_path"] = str(adapter_path)  # the shipped one, a pack's own or --adapter
                 fam = _with_block(base_family, int(meta.get("block_size", base_family.block_size)))
                 name = meta.get("model_name", "smollm2-135m-dllm")
             else:

@@ -86,6 +86,7 @@ async def _simulate(calls: CallFile, scenario: Scenario, engine: Any, opts: RunO
     effort = opts.reasoning_effort or scenario.reasoning_effort
     summary = summarize(records, reasons, scenario=scenario.name, today=calls.today.isoformat(),
                         reasoning_effort=effort, model=getattr(engine, "model_name", None),
+                        adapter=(getattr(engine, "info", None) or {}).get("adapter_path"),
                         wall_s=round(time.perf_counter() - t0, 1))
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
