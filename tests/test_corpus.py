@@ -151,3 +151,11 @@ def test_a_boolean_argument_is_passed_as_true_or_false_and_enum_words_have_no_un
                     seen.append(args["fixed"])
         assert not any("_" in t for t in call.caller_turns if "airplane" in t or "mobile" in t)
     assert seen and all(isinstance(v, bool) for v in seen)
+
+
+def test_no_note_is_a_decisions_name(tmp_path):
+    source = pack_source(load_scenario("dental_clinic"), tmp_path)
+    rng = random.Random(8)
+    notes = [r["target"].split("\n</think>")[0] for _ in range(15)
+             for r in play(source, ValueBank("train"), rng, TODAY, "train", think_share=1.0).records if r["decided_by"]]
+    assert notes and not any(n.startswith(("ask_missing", "call_when_ready", "search_first")) for n in notes)

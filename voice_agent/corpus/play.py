@@ -159,13 +159,14 @@ def next_act(call: Call, tracker: StateTracker, caller_act: str) -> Act:
             why = f"ask:{decision.metrics['asked']['argument']}" if "asked" in decision.metrics else \
                 {"greeting_only": "greeting", "closing_only": "goodbye", "facts_only": "fact"}.get(decision.name, decision.name)
             asked = decision.metrics.get("asked") or {}
-            return Act(say=decision.say, why=why, decided_by=decision.name, note=f"{decision.name} -> say",
+            return Act(say=decision.say, why=why, decided_by=decision.name, note=_decided_note(call, decision, why),
                        asked_tool=asked.get("tool", ""))
         tool, args = decision.call or ("", {})
         if tool in call.searched and call.source.roles.get(tool) == "search":
             pass  # searched already: the script goes on below
         else:
-            return Act(call=(tool, args), why="call", decided_by=decision.name, note=f"{decision.name} -> call {tool}")
+            return Act(call=(tool, args), why="call", decided_by=decision.name,
+                       note=_note(call, tool, _have(call, tool), [], f"call {tool}"))
     if caller_act == "greet":
         return Act(say=sc.greeting_reply or "Hi! How can I help you today?", why="greeting", note="greeting -> say hello")
     if caller_act == "close":
@@ -214,6 +215,21 @@ def _about_result(call: Call, message: dict) -> Act:
         call.plan.done = True
         call.target = call.plan.goal
     return Act(say=text, why=why, note=f"{tool} ok -> {why.replace('_', ' ')}")
+
+
+_SAY_NOTES = {"greeting": "greeting -> say hello", "goodbye": "caller done -> goodbye", "fact": "question -> answer"}
+
+
+def _decided_note(call: Call, decision, why: str) -> str:
+    """The note of a turn the runtime decided, in the script's own form: a question's note is the
+    state and the argument asked (the model never learns a decision's name as a note)."""
+    asked = decision.metrics.get("asked") or {}
+    if asked:
+        tool = asked.get("tool", "")
+        have = _have(call, tool)
+        missing = [a for a in needed_args(call.source.scenario, tool) if a not in have] or [asked["argument"]]
+        return _note(call, tool, have, missing, f"ask {asked['argument']}")
+    return _SAY_NOTES.get(why, f"{why} -> say")
 
 
 def _generic_question(call: Call, tool: str, arg: str) -> str:
