@@ -133,3 +133,12 @@ def test_the_tool_just_served_is_wanted_again_when_its_choice_is_named_anew():
             {"role": "user", "content": "I restarted it and it still doesn't work"}]
     d = _decide(msgs)
     assert d.name == "call_when_ready" and d.call == ("record_check", {"phone": "5550142", "check": "restart", "fixed": False})
+
+
+def test_a_choice_of_a_tool_with_intent_phrases_asks_for_it_only_when_nothing_is_wanted():
+    from voice_agent.scenarios import load_scenario
+
+    sc = load_scenario("telecom_support")
+    msgs = [{"role": "system", "content": sc.system_prompt_for(TODAY)},
+            {"role": "user", "content": "I'd like to switch to the plus plan."}]
+    assert StateTracker(sc.policy).read(msgs, sc.tools).wanted == "change_plan"

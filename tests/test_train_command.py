@@ -28,7 +28,8 @@ def test_train_writes_measures_and_installs_the_packs_adapter_and_resumes(tmp_pa
                            base=str(tiny), rank=4, max_len=900, measure=fake_measure, log=lambda _line: None)
     result = specialise(scenario, cfg)
     assert (tmp_path / "run" / "corpus" / "train.jsonl").stat().st_size > 0
-    assert [p["minutes"] >= 0.15 for p in result["curve"]] == [True, True] and len(measured) == 2
+    minutes = [p["minutes"] for p in result["curve"]]  # rounded to 0.1
+    assert len(minutes) == 2 and minutes[0] <= minutes[1] and minutes[1] >= 0.25 and len(measured) == 2
     assert json.loads((tmp_path / "run" / "curve.json").read_text()) == result["curve"]
     assert result["installed"] == str(pack / ADAPTER_FILE) and pack_adapter(load_scenario(pack)) == pack / ADAPTER_FILE
     assert pack_adapter(load_scenario(pack), model="smollm2-base") is None  # another model: not this adapter

@@ -189,15 +189,17 @@ class DialogueState:
 
     def _enum_choice_tool(self, text: str) -> str | None:
         """The one tool that takes an enum value the caller named: a tool without intent phrases
-        first (naming a service is booking one), else one with them ("switch to the plus plan");
+        first (naming a service is booking one), else, when nothing is wanted yet, one with them
+        ("switch to the plus plan"; "anything in the morning?" after a search keeps the booking wanted);
         right after the wanted tool was served, that tool again when its own choice is named anew
         (the next check of a checklist)."""
         served = self.outcomes[-1].tool if self.outcomes and self.outcomes[-1].ok and self.wanted is None \
             and self.outcomes[-1].turn == self.turn - 1 else None
         if served and self._names_choice_of(served, text):
             return served
-        hits = [t for t in self.tool_names if t not in self.policy.intents and self._names_choice_of(t, text)] or \
-            [t for t in self.tool_names if t in self.policy.intents and self._names_choice_of(t, text)]
+        hits = [t for t in self.tool_names if t not in self.policy.intents and self._names_choice_of(t, text)]
+        if not hits and self.wanted is None:  # nothing asked for yet: "switch to the plus plan" is a plan change
+            hits = [t for t in self.tool_names if t in self.policy.intents and self._names_choice_of(t, text)]
         if len(hits) > 1:  # several take it (a search and a booking): the one the caller's words fill most
             filled = {t: sum(self.slot_for(t, a) is not None for a in self.required(t)) for t in hits}
             best = max(filled.values())
