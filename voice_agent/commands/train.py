@@ -2,10 +2,11 @@
 
 Scripts thousands of calls of the pack (its tools, argument kinds, intents, facts and phrases, with
 results from its real backend), trains the shipped adapter on them for --budget-min training
-minutes on this CPU, exports the adapter as the pack's `adapter.safetensors` (loaded whenever the
-pack is used with the default model) and ends with a simulate run of the pack's held-out callers.
-Every --eval-every minutes the adapter so far is measured on those callers: the curve of
-success against minutes is printed and kept in RUN/curve.json.
+minutes on this CPU and measures it on the pack's held-out callers: first the adapter it starts from,
+then the adapter so far every --eval-every minutes (the curve of success against minutes is printed
+and kept in RUN/curve.json). The best measured adapter is installed as the pack's
+`adapter.safetensors` (loaded whenever the pack is used with the default model); when none beats the
+start, nothing is installed.
 
 Resumable: stop it (Ctrl-C checkpoints first) and run the same command again. A 2-core laptop
 gets a useful adapter within two hours (one core trains; the other is left for the measurements).

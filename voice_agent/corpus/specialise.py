@@ -6,7 +6,8 @@ the shipped adapter, the pack's own adapter, and a simulate run of the pack's he
 Every stage is resumable: the corpus is kept once written, the fit resumes from `run/ckpt.pt`
 (a stop checkpoints first), and the budget counts training minutes across resumes. Every
 `eval_every_min` the adapter so far is exported (`run/adapters/min<M>.safetensors`) and, with
-`curve`, its held-out success measured: the curve of success against minutes.
+`curve`, its held-out success measured: the curve of success against minutes, which starts with the
+adapter training starts from. The best measured adapter is installed; none when the start stays best.
 """
 
 from __future__ import annotations
@@ -132,6 +133,13 @@ def specialise(scenario: Scenario, cfg: SpecialiseConfig) -> dict:
     done = trained_minutes(cfg)
     if done:
         cfg.log(f"fit: resuming at {done:.1f} of {cfg.budget_min:g} training minutes")
+    measure_fn = cfg.measure or measure
+    if cfg.curve and callers and not any(p["minutes"] == 0 for p in cfg.curve_points):
+        start = _start_adapter(cfg)  # what the pack runs on without training: the bar to beat
+        cfg.curve_points.insert(0, {"minutes": 0.0, "adapter": str(start),
+                                    **measure_fn(scenario, start, callers, cfg.run / "simulate_min000", cfg.threads)})
+        curve_file.write_text(json.dumps(cfg.curve_points, indent=1))
+        cfg.log(f"held-out success before training: {cfg.curve_points[0]['task_success_rate']:.3f} ({callers.name})")
     stops = [m for m in _stops(cfg.budget_min, cfg.eval_every_min) if m > done + 0.01]
     adapter = None
     for stop in stops:
@@ -142,7 +150,7 @@ def specialise(scenario: Scenario, cfg: SpecialiseConfig) -> dict:
             return {"stopped": True, "trained_min": round(done, 1)}
         adapter = export_adapter(cfg, done)
         if cfg.curve and callers:
-            point = {"minutes": round(done, 1), **(cfg.measure or measure)(
+            point = {"minutes": round(done, 1), "adapter": str(adapter), **measure_fn(
                 scenario, adapter, callers, cfg.run / f"simulate_min{round(done):03d}", cfg.threads)}
             cfg.curve_points.append(point)
             curve_file.write_text(json.dumps(cfg.curve_points, indent=1))
@@ -150,17 +158,33 @@ def specialise(scenario: Scenario, cfg: SpecialiseConfig) -> dict:
     if adapter is None:  # the budget was trained already: the last export stands
         exported = sorted((cfg.run / "adapters").glob("min*.safetensors"))
         adapter = exported[-1] if exported else export_adapter(cfg, done)
-    final = cfg.curve_points[-1] if cfg.curve_points else None
+    final = best_point(cfg.curve_points)
     if final is None and callers:
-        final = {"minutes": round(done, 1), **(cfg.measure or measure)(scenario, adapter, callers,
-                                                                          cfg.run / "simulate_final", cfg.threads)}
+        final = {"minutes": round(done, 1), "adapter": str(adapter), **measure_fn(
+            scenario, adapter, callers, cfg.run / "simulate_final", cfg.threads)}
+    elif final is not None:
+        adapter = Path(final.get("adapter") or cfg.run / "adapters" / f"min{round(final['minutes']):03d}.safetensors")
     installed = None
-    if cfg.install and scenario.folder:
+    if final is not None and final["minutes"] == 0:  # no export beat the adapter it started from
+        cfg.log("no trained adapter beat the one it started from: nothing installed")
+    elif cfg.install and scenario.folder:
         installed = scenario.folder / ADAPTER_FILE
         installed.write_bytes(adapter.read_bytes())
     return {"scenario": scenario.name, "corpus_records": stats.get("train_records"), "trained_min": round(done, 1),
             "wall_min": round((time.time() - t0) / 60, 1), "adapter": str(adapter),
             "installed": str(installed) if installed else None, "final": final, "curve": cfg.curve_points}
+
+
+def best_point(curve: list[dict]) -> dict | None:
+    """The measured adapter to keep: the highest held-out success; a tie goes to the one trained
+    longest (it decodes more tokens a pass), and the untrained start only when nothing beat it."""
+    return max(curve, key=lambda p: (p["task_success_rate"], p["minutes"] > 0, p["minutes"])) if curve else None
+
+
+def _start_adapter(cfg: SpecialiseConfig) -> Path:
+    from engine.api import DEFAULT_ADAPTER
+
+    return Path(cfg.start_adapter) if cfg.start_adapter else DEFAULT_ADAPTER
 
 
 def _stops(budget: float, every: float) -> list[float]:
