@@ -41,7 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loguru import logger
+
     from voice_agent.scenarios import ScenarioError, load_scenario
+
+    logger.remove()  # the measurements run whole calls: their pipeline logs are not this command's output
+    logger.add(sys.stderr, level="WARNING")
 
     try:
         scenario = load_scenario(args.scenario)
