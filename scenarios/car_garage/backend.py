@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from voice_agent.packs import Backend, ToolError
+from voice_agent.packs.sqlite_store import transaction
 from voice_agent.policy.calendar_words import Hours, spoken_day, spoken_time
 from voice_agent.policy.kinds import KindContext, KindError, parse
 
@@ -28,20 +28,8 @@ class Workshop(Backend):
         self.path = self.store / "workshop.sqlite"
         self._create()
 
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        con.row_factory = sqlite3.Row
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+    def _db(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def _create(self) -> None:
         con = sqlite3.connect(self.path, isolation_level=None)

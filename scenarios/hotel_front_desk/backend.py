@@ -8,11 +8,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from voice_agent.packs import Backend, ToolError
+from voice_agent.packs.sqlite_store import transaction
 from voice_agent.policy.calendar_words import Hours, spoken_day
 from voice_agent.policy.kinds import KindContext, KindError, parse, spoken_digits
 
@@ -44,20 +44,8 @@ class FrontDesk(Backend):
         self._create(ROOMS)
 
     # -- plumbing ---------------------------------------------------------------------------------
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        con.row_factory = sqlite3.Row
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+    def _db(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def _create(self, rooms: dict[str, int]) -> None:
         con = sqlite3.connect(self.path, isolation_level=None)

@@ -304,7 +304,7 @@ def _backend(scenario: Scenario, roles: dict[str, str], ident: tuple[str, str], 
             raise _Refused(f"{arg.replace('_', ' ')}: {e}") from None
         if kind == "date":
             day = dt.date.fromisoformat(str(v))
-            if day <= today - dt.timedelta(days=0) and day != today:
+            if day < today:
                 raise _Refused(f"{spoken_day(day)} is in the past.")
             if day.weekday() == 6:
                 raise _Refused(f"We're closed on Sundays ({spoken_day(day)}).")
