@@ -47,8 +47,9 @@ def test_latency_line_uses_the_mission_metric_names():
     from voice_agent.transports.mic import latency_line
 
     tl = TurnTimeline(index=3, vad_stopped=10.0, transcript_final=10.4, tts_request=10.9, tts_first_audio=10.95,
-                      first_bot_audio=11.0, user_text="book me in", bot_text="Sure.")
+                      first_bot_audio=11.0, first_answer_audio=11.6, user_text="book me in", bot_text="Sure.")
     tl.engine.append({"ttft_ms": 120.5, "ttfat_ms": 300.0, "tokens_per_forward": 2.5})
     line = latency_line(tl)
-    assert line.startswith("turn 3: e2e_ms 1000 | stt_ms 400 | ttft_ms 120.5 | ttfat_ms 300.0 | tts_ttfb_ms 50")
+    assert line.startswith("turn 3: e2e_ms 1000 | answer_e2e_ms 1600 | stt_ms 400 | ttft_ms 120.5 | ttfat_ms 300.0 "
+                           "| tts_ttfb_ms 50")
     assert "tokens_per_forward 2.5" in line and "'book me in'" in line

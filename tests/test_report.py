@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from voice_agent.cli import main as cli_main
+from voice_agent.latency.budget import budget_lines
 from voice_agent.latency.expectations import apply, check_call, load_expectations
-from voice_agent.latency.metrics import STAGE_NAMES, distribution, summarize, turn_record
+from voice_agent.latency.metrics import STAGE_NAMES, TTFAT_STEPS, distribution, summarize, turn_record
 from voice_agent.latency.report import build_report, validate, write_report
 from voice_agent.latency.timeline import TurnTimeline
 
@@ -39,7 +40,7 @@ def _timeline(index: int, t0: float, *, llm_s: float = 0.6, tts_request: bool = 
         tl.tts_request = tl.tts_first_audio - 0.05
         tl.tts_ttfb_ms = 50.0
     tl.bot_started = tl.tts_first_audio + 0.004
-    tl.first_bot_audio = tl.tts_first_audio + 0.005
+    tl.first_bot_audio = tl.first_answer_audio = tl.tts_first_audio + 0.005
     tl.bot_stopped = tl.first_bot_audio + 2.0
     tl.user_text = "I'd like to book a cleaning on Tuesday."
     tl.bot_text = "Sure, I have Tuesday at 10 am free."
@@ -67,6 +68,32 @@ def test_turn_record_has_every_field_and_the_stages_tile_e2e():
     assert b["llm_ms"] == pytest.approx(600, abs=0.1) and b["text_aggregation_ms"] == pytest.approx(150, abs=0.1)
     assert b["other_ms"] == pytest.approx(0, abs=0.2)
     assert sum(v for v in b.values() if v is not None) == pytest.approx(rec["e2e_ms"], abs=0.5)
+
+
+def test_a_filler_is_not_the_answer_and_the_ttfat_steps_add_up():
+    tl = _timeline(0, 10.0)
+    tl.filler_text = "One moment."
+    tl.first_answer_audio = tl.first_bot_audio + 1.2  # the answer played after the filler
+    tl.engine = [{"ttft_ms": 90.0, "total_ms": 150.0, "tool_calls": ["find_free_slots"], "prefill_ms": 30.0},
+                 {"ttft_ms": 60.0, "ttfat_ms": 300.0, "prefill_ms": 120.0, "tool_calls": []}]
+    rec = turn_record(tl, true_end=10.0, budget_ms=1600)
+    assert rec["answer_e2e_ms"] == pytest.approx(rec["e2e_ms"] + 1200, abs=0.2)
+    assert rec["within_budget"] is True and rec["answer_within_budget"] is False
+    assert rec["filler"] is True
+    steps = rec["ttfat_breakdown"]
+    assert set(steps) == set(TTFAT_STEPS)
+    assert steps["call_decode_ms"] == 150.0 and steps["tool_ms"] == 3.0
+    assert steps["prefill_ms"] == 120.0 and steps["first_answer_token_ms"] == 180.0
+    assert sum(steps.values()) == pytest.approx(rec["ttfat_ms"], abs=0.5)
+
+    calls = [{"file": "a.wav", "error": None, "turns": [rec, turn_record(_timeline(1, 20.0), true_end=20.0,
+                                                                         budget_ms=1600)]}]
+    s = summarize(calls, budget_ms=1600, model="default", reasoning_effort="low")
+    assert s["budget_pass_rate"] == 1.0 and s["answer_budget_pass_rate"] == 0.5
+    assert s["budget_verdict"]["passed"] is False and s["budget_verdict"]["failed"] == ["answer_e2e_ms"]
+    assert s["filler_turn_share"] == 0.5
+    text = "\n".join(budget_lines(s))
+    assert "budget FAIL: answer_e2e_ms" in text and "answer_e2e_ms  p50" in text
 
 
 def test_an_unobserved_moment_moves_its_time_to_other_not_to_a_neighbour():

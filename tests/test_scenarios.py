@@ -74,3 +74,36 @@ def test_malformed_yaml_gives_a_clear_error(tmp_path, text, match):
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(ScenarioError, match=match):
         load_scenario(tmp_path / "bad.yaml")
+
+
+def test_read_only_must_be_a_boolean(tmp_path):
+    (tmp_path / "bad.yaml").write_text("name: a\nsystem_prompt: hi\ntools:\n  - {name: t, read_only: sometimes}\n")
+    with pytest.raises(ScenarioError, match=r"tools\[0\] \(t\)\.read_only must be true or false"):
+        load_scenario(tmp_path / "bad.yaml")
+
+
+_SAMPLE = {"date": lambda today: (today + dt.timedelta(days=1)).isoformat(), "time": lambda _: "10:00",
+           "person_name": lambda _: "Jordan Lee", "phone_number": lambda _: "5550100", "plate": lambda _: "AB12CDE",
+           "email": lambda _: "jordan@example.com", "integer": lambda _: 2, "boolean": lambda _: True}
+
+
+@pytest.mark.parametrize("pack", ["dental_clinic", "car_garage", "telecom_support", "hotel_front_desk"])
+def test_a_shipped_packs_read_only_tools_leave_its_store_as_it_was(tmp_path, pack):
+    """What may run while the caller is still speaking must change nothing, whatever it is asked."""
+    scenario = load_scenario(pack)
+    assert scenario.read_only, f"{pack} marks no tool read-only"
+    today = dt.date(2026, 12, 7)
+    backend = scenario.open_backend(tmp_path / "store", today)
+    handlers = scenario.bind_handlers(backend)
+    before = backend.snapshot()
+    for tool in scenario.tools:
+        fn = tool["function"]
+        if fn["name"] not in scenario.read_only:
+            continue
+        args = {}
+        for arg, spec in fn["parameters"]["properties"].items():
+            kind = spec.get("x-kind")
+            args[arg] = (spec["enum"][0] if spec.get("enum") else _SAMPLE[kind](today) if kind in _SAMPLE else "x")
+        handlers[fn["name"]](args)
+        handlers[fn["name"]]({})
+    assert backend.snapshot() == before

@@ -54,8 +54,11 @@ class CallOptions:
                                         choices=EFFORT_NAMES)
     max_tokens: int = knob(256, "--max-tokens", "most tokens per LLM round, reasoning included", type=int)
     temperature: float = knob(0.0, "--temperature", "LLM sampling temperature (0: greedy)", type=float)
-    filler_after_s: float = knob(0.4, "--filler-after-s",
-                                 "speak the scenario's filler phrase when a tool runs longer than this", type=float)
+    # 0.8: a tool turn's answer on a 2-core AVX512 box starts ~0.5 s after the request, and a filler
+    # spoken before it holds it back by the filler's own ~0.7 s of audio
+    filler_after_s: float = knob(0.8, "--filler-after-s",
+                                 "speak the scenario's filler phrase only when a tool call is under way and no answer "
+                                 "has started this many seconds after the caller's turn reached the LLM", type=float)
     llm_url: str | None = knob(None, "--llm-url", "send turns to this OpenAI-compatible server (`voice-agent serve` "
                                "elsewhere, vLLM, SGLang) instead of the in-process engine, e.g. http://10.0.0.5:8000/v1",
                                metavar="URL")

@@ -97,7 +97,7 @@ def build_pipeline(transport: BaseTransport, scenario: Scenario | str, options: 
         brain, system_instruction=scenario.system_prompt_for(today), reasoning_effort=effort,
         max_tokens=options.max_tokens, temperature=options.temperature, tools=scenario.bind_handlers(backend),
         filler=scenario.filler, filler_after_s=options.filler_after_s, policy=scenario.policy,
-        decode_ahead=options.decodes_ahead)
+        decode_ahead=options.decodes_ahead, read_only_tools=scenario.read_only)
     tts = make_tts(options.tts, voice_path=options.tts_voice_path, model_dir=options.tts_model_dir,
                    first_clause_words=options.first_clause_words)
 

@@ -31,6 +31,7 @@ from loguru import logger
 from voice_agent.audio_io import AUDIO_SUFFIXES, AudioFormatError, read_caller_audio, write_wav
 from voice_agent.config import CallOptions
 from voice_agent.latency import expectations as expect_mod
+from voice_agent.latency.budget import budget_lines
 from voice_agent.latency.metrics import distribution, summarize, turn_record
 from voice_agent.latency.report import build_report, write_report
 from voice_agent.latency.truth import speech_segments, true_speech_end, utterances
@@ -413,15 +414,11 @@ def _totals(calls: list[dict], key: str) -> dict[str, int]:
 
 def print_summary(report: dict, out_dir: Path) -> None:
     s = report["summary"]
-    e2e, ttfat = s["e2e_ms"], s["ttfat_ms"]
-    rate = s["budget_pass_rate"]
     where = f" at {s['llm_url']}" if s.get("llm_url") else ""
     print(f"\n{s['calls'] - s['calls_failed']}/{s['calls']} calls replayed, {s['answered_turns']}/{s['scored_turns']} "
           f"turns answered ({s['mode']}, model {s['model']}{where}, reasoning_effort {s['reasoning_effort']})")
-    print(f"e2e_ms   p50 {e2e['p50']}  p95 {e2e['p95']}  p99 {e2e['p99']}")
-    print(f"ttfat_ms p50 {ttfat['p50']}  p95 {ttfat['p95']}  p99 {ttfat['p99']}")
-    print(f"budget {s['budget_ms']:.0f} ms: pass rate {'-' if rate is None else f'{rate:.0%}'}; "
-          f"dominant stage: {s['dominant_stage']}")
+    for line in budget_lines(s):
+        print(line)
     pause = s.get("bot_longest_pause_ms") or {}
     if pause.get("max") is not None:
         print(f"longest pause inside a reply: p50 {pause['p50']}  max {pause['max']} ms "
@@ -433,6 +430,11 @@ def print_summary(report: dict, out_dir: Path) -> None:
         if spec.get("decoded"):
             print(f"decoded ahead: {spec.get('decode_used', 0)} of {spec['decoded']} guesses answered their turn "
                   f"({spec.get('decode_wasted', 0)} cancelled)")
+        if spec.get("tools_run") or spec.get("tools_skipped"):
+            print(f"read-only tools run while the caller spoke: {spec.get('tools_used', 0)} of "
+                  f"{spec.get('tools_run', 0)} used ({spec.get('tools_wasted', 0)} wasted, "
+                  f"{spec.get('tools_skipped', 0)} calls with side effects skipped); answers decoded ahead from "
+                  f"them: {spec.get('answers_ahead_used', 0)}")
     for call in report["calls"]:
         if call.get("error"):
             print(f"FAILED INPUT {call['error']}")

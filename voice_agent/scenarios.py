@@ -85,6 +85,9 @@ class Scenario:
     backend: str | None = None        # "Class" in the pack's backend.py, "file.py:Class" or "package.module:Class"
     webhook: dict | None = None       # {url, timeout_s, retries, headers}: tools over HTTP instead
     hours: Hours | None = None        # opening hours: an hour said without am/pm is read inside them
+    # tools marked `read_only: true`: no side effects, so they may run while the caller is still
+    # speaking (voice_agent/brain/ahead.py); a tool that changes anything never runs ahead
+    read_only: frozenset[str] = frozenset()
 
     @property
     def policy(self) -> CallPolicy:
@@ -235,7 +238,21 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         backend=backend.strip() if backend else None,
         webhook=webhook,
         hours=hours,
+        read_only=_read_only_tools(data.get("tools") or [], where),
     )
+
+
+def _read_only_tools(tools: list, where: str) -> frozenset[str]:
+    """The names of the tools marked `read_only: true` (a boolean, when given)."""
+    out = set()
+    for i, t in enumerate(tools):
+        t = t["function"] if isinstance(t.get("function"), dict) else t
+        mark = t.get("read_only", False)
+        if not isinstance(mark, bool):
+            raise ScenarioError(f"{where}: tools[{i}] ({t['name']}).read_only must be true or false; got {mark!r}")
+        if mark:
+            out.add(t["name"])
+    return frozenset(out)
 
 
 def _parse_fact_questions(questions: Any, facts: Any, where: str) -> dict[str, tuple[str, ...]]:

@@ -33,6 +33,12 @@ class SpeculationStats:
     decoded: int = 0        # the caller's words as heard, decoded before the turn was decided
     decode_used: int = 0    # the turn came with exactly those words: its answer was already decoding
     decode_wasted: int = 0  # it did not (or the call ended first): the decode was cancelled
+    # Read-only tools a guess called, run while the caller was still speaking (brain/ahead.py):
+    tools_run: int = 0      # run ahead
+    tools_used: int = 0     # the turn made the same call: its result was already there
+    tools_wasted: int = 0   # the turn did not: the result was dropped
+    tools_skipped: int = 0  # not run ahead: the guess called a tool with side effects
+    answers_ahead_used: int = 0  # the answer from those results was decoding before the turn asked
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

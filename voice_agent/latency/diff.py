@@ -1,7 +1,7 @@
 """Compare two replay reports and gate regressions.
 
 `voice-agent report diff OLD.json NEW.json` prints every summary metric side by side and exits
-1 when the p95 of `e2e_ms` or `ttfat_ms` got worse by more than BOTH the absolute and the
+1 when the p95 of `e2e_ms`, `answer_e2e_ms` or `ttfat_ms` got worse by more than BOTH the absolute and the
 relative threshold (so run-to-run noise on a fast metric does not trip it), or when a budget
 pass rate dropped by more than its threshold. 0 means no regression; 2 means a report could not
 be read.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from voice_agent.latency.report import load_report
 
-DIST_METRICS = ("e2e_ms", "ttfat_ms", "ttft_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms", "bot_longest_pause_ms")
-GATED_P95 = ("e2e_ms", "ttfat_ms")
-RATES = ("budget_pass_rate", "ttfat_budget_pass_rate")
+DIST_METRICS = ("e2e_ms", "answer_e2e_ms", "ttfat_ms", "ttft_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms", "bot_longest_pause_ms")
+GATED_P95 = ("e2e_ms", "answer_e2e_ms", "ttfat_ms")
+RATES = ("budget_pass_rate", "answer_budget_pass_rate", "ttfat_budget_pass_rate", "filler_turn_share")
 GATED_RATES = ("budget_pass_rate",)
 
 

@@ -16,9 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from voice_agent.latency.budget import BUDGET_METRICS, budget_verdict, pass_rate
 from voice_agent.latency.timeline import TurnTimeline
 
 DEFAULT_BUDGET_MS = 500.0
+# The steps of a turn's TTFAT, in order: decoding the tool call (0 when the policy wrote it), running
+# the tool, prefilling the prompt (with the tool's result on a tool turn), decoding to the first
+# answer token; `other_ms` is what is left (the tool loop's own hops).
+TTFAT_STEPS = ("call_decode_ms", "tool_ms", "prefill_ms", "first_answer_token_ms", "other_ms")
 
 # (stage, the moment that ends it), in pipeline order. The first stage starts at the true end of
 # the caller's speech; the last ends with the first bot audio on the wire.
@@ -67,6 +72,27 @@ def breakdown(tl: TurnTimeline, start: float, end: float) -> dict[str, float | N
     return out
 
 
+def ttfat_breakdown(engine: list[dict], tool_calls: list[dict], ttfat: float | None) -> dict[str, float | None]:
+    """Split a turn's TTFAT into TTFAT_STEPS from the engine's per-round metrics and the tools' times.
+    A round decoded ahead (`decoded_ahead_ms` before the turn asked for it) counts only what was left."""
+    if ttfat is None or not engine:
+        return {s: None for s in TTFAT_STEPS}
+    calling = [m for m in engine if m.get("tool_calls")]
+    answering = next((m for m in reversed(engine) if not m.get("tool_calls")), {})
+    ahead = float(answering.get("decoded_ahead_ms") or 0.0)
+    prefill = float(answering.get("prefill_ms") or 0.0)
+    first = float(answering.get("ttfat_ms") or 0.0)
+    out = {
+        "call_decode_ms": round(sum(max(0.0, float(m.get("total_ms") or 0.0) - float(m.get("decoded_ahead_ms") or 0.0))
+                                    for m in calling), 1),
+        "tool_ms": round(sum(float(c.get("duration_ms") or 0.0) for c in tool_calls), 1),
+        "prefill_ms": round(max(0.0, prefill - ahead), 1),
+        "first_answer_token_ms": round(max(0.0, first - max(prefill, ahead)), 1),
+    }
+    out["other_ms"] = round(max(0.0, ttfat - sum(out.values())), 1)
+    return out
+
+
 def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEFAULT_BUDGET_MS) -> dict[str, Any]:
     """The report's fields for one turn. `true_end` is the end of the caller's speech found by the
     offline VAD pass (replay); without it (live calls) it is estimated as the VAD stop minus the
@@ -77,6 +103,7 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         e2e_from = "vad_estimate"
     end = tl.first_bot_audio
     e2e = _ms(true_end, end)
+    answer_e2e = _ms(true_end, tl.first_answer_audio)
     first = tl.engine[0] if tl.engine else {}
     # the turn's decode: its first LLM round that ran the model (a round the policy decided ran none)
     decoded = next((m for m in tl.engine if m.get("forward_passes") != 0), {}) if tl.engine else {}
@@ -96,13 +123,17 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "stt_cutoffs": tl.stt_cutoffs,
         "cut_off_text": tl.cut_off_text,
         "e2e_ms": e2e,
+        "answer_e2e_ms": answer_e2e,
         "ttft_ms": _num(first.get("ttft_ms")),
         "ttfat_ms": ttfat,
         "stt_ms": _ms(tl.vad_stopped, tl.transcript_final),
         "tts_ttfb_ms": None if tl.tts_ttfb_ms is None else round(tl.tts_ttfb_ms, 1),
         "vad_stop_ms": _ms(true_end, tl.vad_stopped),
         "within_budget": e2e is not None and e2e <= budget_ms,
+        "answer_within_budget": answer_e2e is not None and answer_e2e <= budget_ms,
         "ttfat_within_budget": ttfat is not None and ttfat <= budget_ms,
+        "filler": bool(tl.filler_text),
+        "ttfat_breakdown": ttfat_breakdown(tl.engine, tl.tool_calls, ttfat),
         "engine_ttfat_ms": _num(first.get("ttfat_ms")),
         "prefill_ms": _num(decoded.get("prefill_ms")),
         "tokens_per_forward": _num(decoded.get("tokens_per_forward")),
@@ -135,7 +166,8 @@ def _moments(tl: TurnTimeline, true_end: float | None) -> dict[str, float | None
         "llm_request": tl.llm_request, "first_token": tl.first_token,
         "first_answer_token": tl.first_answer_token, "first_speakable": tl.first_speakable,
         "tts_request": tl.tts_request, "tts_first_audio": tl.tts_first_audio,
-        "bot_started": tl.bot_started, "first_bot_audio": tl.first_bot_audio, "bot_stopped": tl.bot_stopped,
+        "bot_started": tl.bot_started, "first_bot_audio": tl.first_bot_audio,
+        "first_answer_audio": tl.first_answer_audio, "bot_stopped": tl.bot_stopped,
     }
 
 
@@ -173,8 +205,7 @@ def summarize(calls: list[dict], *, budget_ms: float, model: str, reasoning_effo
     # A turn counts once the pipeline asked the LLM for an answer; an answer that never played
     # (the caller spoke over the silence) is a miss, not something to leave out.
     scored = [t for t in turns if t.get("llm_calls")]
-    passed = sum(1 for t in scored if t["e2e_ms"] is not None and t["e2e_ms"] <= budget_ms)
-    ttfat_passed = sum(1 for t in scored if t["ttfat_ms"] is not None and t["ttfat_ms"] <= budget_ms)
+    rates = {m: pass_rate(scored, m, budget_ms) for m in BUDGET_METRICS}
     means = {s: distribution(t["breakdown"].get(s) for t in scored if t["e2e_ms"] is not None)["mean"]
              for s in STAGE_NAMES}
     present = {s: v for s, v in means.items() if v is not None}
@@ -189,10 +220,16 @@ def summarize(calls: list[dict], *, budget_ms: float, model: str, reasoning_effo
         "false_cutoffs": sum(int(t.get("false_cutoffs") or 0) for t in turns),
         "stt_cutoffs": sum(int(t.get("stt_cutoffs") or 0) for t in turns),  # ended before the transcript came
         "budget_ms": budget_ms,
-        "budget_pass_rate": round(passed / len(scored), 4) if scored else None,
-        "ttfat_budget_pass_rate": round(ttfat_passed / len(scored), 4) if scored else None,
+        "budget_pass_rate": rates["e2e_ms"],
+        "answer_budget_pass_rate": rates["answer_e2e_ms"],
+        "ttfat_budget_pass_rate": rates["ttfat_ms"],
+        "budget_verdict": budget_verdict(rates),
+        "filler_turn_share": round(sum(1 for t in scored if t.get("filler")) / len(scored), 4) if scored else None,
         "e2e_ms": distribution(t["e2e_ms"] for t in scored),
+        "answer_e2e_ms": distribution(t.get("answer_e2e_ms") for t in scored),
         "ttfat_ms": distribution(t["ttfat_ms"] for t in scored),
+        "ttfat_breakdown_mean_ms": {s: distribution((t.get("ttfat_breakdown") or {}).get(s) for t in scored)["mean"]
+                                    for s in TTFAT_STEPS},
         "ttft_ms": distribution(t["ttft_ms"] for t in scored),
         "stt_ms": distribution(t["stt_ms"] for t in scored),
         "tts_ttfb_ms": distribution(t["tts_ttfb_ms"] for t in scored),

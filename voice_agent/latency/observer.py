@@ -16,6 +16,8 @@ Moments recorded per user turn (seconds on the observer's clock):
 - `tts_first_audio`    the first TTSAudioRawFrame of the reply
 - `bot_started`        BotStartedSpeakingFrame from the output transport
 - `first_bot_audio`    the first bot audio chunk the output transport wrote
+- `first_answer_audio` the first chunk it wrote of the answer proper: a TTS context the LLM's text
+                       opened, not a filler or other phrase spoken outside the context
 - `bot_stopped`        BotStoppedSpeakingFrame
 
 A caller turn is never split. When the pipeline ends a turn at a pause inside it (it asked the LLM
@@ -52,6 +54,7 @@ from pipecat.frames.frames import (
     TranscriptionFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
+    TTSStartedFrame,
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
     VADUserStartedSpeakingFrame,
@@ -74,7 +77,8 @@ _PASSIVE = (InputAudioRawFrame, MetricsFrame)
 ANSWER_WAIT_S = 10.0
 # What a false cut-off starts over: the moments of the answer to the turn.
 _ANSWER_MOMENTS = ("turn_stopped", "llm_request", "first_token", "first_answer_token", "first_speakable",
-                   "tts_request", "tts_first_audio", "bot_started", "first_bot_audio", "bot_stopped", "tts_ttfb_ms")
+                   "tts_request", "tts_first_audio", "bot_started", "first_bot_audio", "first_answer_audio",
+                   "bot_stopped", "tts_ttfb_ms")
 
 
 class TurnLatencyObserver(BaseObserver):
@@ -106,6 +110,9 @@ class TurnLatencyObserver(BaseObserver):
         self._vad_speaking = False  # the aggregator pushes two copies of each VAD event: count one
         self._last_vad_stop: tuple[float, float | None] | None = None
         self._late_text: tuple[str, float] | None = None  # (text, arrival) after the LLM request
+        # Is the audio the output transport writes now a phrase kept out of the context (a filler)?
+        # Its TTSStartedFrame reaches the wire in order with the audio, so this flips where it plays.
+        self._playing_aside = False
 
     # -- state for the replay transport ----------------------------------------------------------
     @property
@@ -134,6 +141,11 @@ class TurnLatencyObserver(BaseObserver):
         if isinstance(frame, LLMContextFrame):
             if isinstance(data.destination, LLMService):
                 self._llm_requested(self._clock())
+            return
+        if isinstance(frame, TTSStartedFrame):
+            if isinstance(data.source, BaseOutputTransport):
+                # The TTS's frame, passed on by the transport where its audio starts to play.
+                self._playing_aside = getattr(frame, "append_to_context", True) is False
             return
         if not data.first_push:
             return
@@ -283,7 +295,11 @@ class TurnLatencyObserver(BaseObserver):
                 turn.bot_started = now
         elif isinstance(frame, OutputAudioRawFrame) and isinstance(src, BaseOutputTransport):
             # The output transport pushes each chunk on after writing it to the wire.
-            if turn.first_bot_audio is None and turn.bot_started is not None:
+            if turn.bot_started is None:
+                return
+            if turn.first_answer_audio is None and not self._playing_aside:
+                turn.first_answer_audio = now
+            if turn.first_bot_audio is None:
                 turn.first_bot_audio = now
                 self._maybe_report(turn)
         elif isinstance(frame, BotStoppedSpeakingFrame):

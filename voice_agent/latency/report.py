@@ -98,11 +98,17 @@ def plot_waterfall(report: dict) -> str | None:
             if width > 0:
                 ax.barh(row, width, left=left, color=STAGE_COLORS[stage], edgecolor="white", linewidth=0.5)
             left += width
-        ax.text(left + 15, row, f"{t['e2e_ms']:.0f} ms", va="center", fontsize=8)
+        answer = t.get("answer_e2e_ms")
+        label = f"{t['e2e_ms']:.0f} ms"
+        if answer is not None and answer > t["e2e_ms"] + 1:
+            # a filler played first: mark where the answer itself began
+            ax.plot([answer], [row], marker="D", color="black", markersize=5)
+            label += f" (answer {answer:.0f} ms)"
+        ax.text(max(left, answer or 0.0) + 15, row, label, va="center", fontsize=8)
     _budget_line(ax, budget)
     ax.set_yticks(range(len(turns)), [label for label, _ in turns], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms from the true end of the caller's speech to the first bot audio")
+    ax.set_xlabel("ms from the true end of the caller's speech to the first bot audio (diamond: the answer's, after a filler)")
     ax.set_title("Per-turn waterfall of the end-to-end latency", pad=16)
     _stage_legend(ax)
     return _figure_png(fig)
@@ -126,11 +132,12 @@ def plot_cdfs(report: dict) -> str | None:
     import matplotlib.pyplot as plt
 
     turns = [t for _, t in _scored(report)]
-    series = {m: np.sort([t[m] for t in turns if t.get(m) is not None]) for m in ("e2e_ms", "ttfat_ms")}
+    metrics = ("e2e_ms", "answer_e2e_ms", "ttfat_ms")
+    series = {m: np.sort([t[m] for t in turns if t.get(m) is not None]) for m in metrics}
     if not any(len(v) for v in series.values()):
         return None
     budget = report["summary"]["budget_ms"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(14, 3.6), sharey=True)
     for ax, (metric, xs) in zip(axes, series.items(), strict=True):
         if len(xs):
             ys = np.arange(1, len(xs) + 1) / len(xs)
@@ -277,12 +284,19 @@ def _esc(v: Any) -> str:
 
 def _summary_table(s: dict) -> str:
     rows = []
-    for metric in ("e2e_ms", "ttfat_ms", "ttft_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms"):
+    for metric in ("e2e_ms", "answer_e2e_ms", "ttfat_ms", "ttft_ms", "stt_ms", "tts_ttfb_ms", "vad_stop_ms"):
         d = s.get(metric) or {}
         rows.append(f"<tr><th>{metric}</th>" + "".join(
             f'<td class="num">{_fmt(d.get(k))}</td>' for k in ("p50", "p95", "p99", "mean", "n")) + "</tr>")
     rate = s.get("budget_pass_rate")
+    answer_rate = s.get("answer_budget_pass_rate")
     ttfat_rate = s.get("ttfat_budget_pass_rate")
+    verdict = s.get("budget_verdict") or {}
+    verdict_html = ('<span class="pass">PASS</span>' if verdict.get("passed") else
+                    f'<span class="fail">FAIL: {_esc(", ".join(verdict.get("failed") or []) or "nothing measured")}</span>')
+    filler = s.get("filler_turn_share")
+    steps = {k: v for k, v in (s.get("ttfat_breakdown_mean_ms") or {}).items() if v is not None}
+    steps_html = ", ".join(f"{_esc(k)} {v:.0f}" for k, v in steps.items()) or _fmt(None)
     machine = s.get("machine") or {}
     return f"""
 <table><tr><th>metric</th><th>p50</th><th>p95</th><th>p99</th><th>mean</th><th>n</th></tr>{''.join(rows)}</table>
@@ -290,7 +304,11 @@ def _summary_table(s: dict) -> str:
 <tr><th>budget</th><td>{_fmt(s.get('budget_ms'))} ms</td></tr>
 <tr><th>budget pass rate (e2e_ms)</th><td>{_fmt(None if rate is None else f'{rate:.0%}')}
   ({s.get('answered_turns', 0)} answered of {s.get('scored_turns', 0)} turns)</td></tr>
+<tr><th>answer_e2e_ms within budget</th><td>{_fmt(None if answer_rate is None else f'{answer_rate:.0%}')}</td></tr>
 <tr><th>ttfat_ms within budget</th><td>{_fmt(None if ttfat_rate is None else f'{ttfat_rate:.0%}')}</td></tr>
+<tr><th>budget verdict (each on &ge; {verdict.get('pass_share', 0.9):.0%} of turns)</th><td>{verdict_html}</td></tr>
+<tr><th>turns with a filler</th><td>{_fmt(None if filler is None else f'{filler:.0%}')}</td></tr>
+<tr><th>ttfat steps (mean ms)</th><td>{steps_html}</td></tr>
 <tr><th>dominant stage</th><td>{_esc(STAGE_LABELS.get(s.get('dominant_stage') or '', s.get('dominant_stage')))}</td></tr>
 <tr><th>model / reasoning_effort</th><td>{_esc(s.get('model'))} / {_esc(s.get('reasoning_effort'))}</td></tr>
 <tr><th>feed mode</th><td>{_esc(s.get('mode'))}{_lag_note(s)}</td></tr>
@@ -346,7 +364,7 @@ def _call_html(ci: int, call: dict, out_dir: Path, embed_audio: bool) -> str:
     greeting = call.get("greeting") or {}
     rows = []
     if greeting.get("bot_text"):
-        rows.append(f'<tr><td>greeting</td><td></td><td>{_esc(greeting["bot_text"])}</td><td colspan="4"></td></tr>')
+        rows.append(f'<tr><td>greeting</td><td></td><td>{_esc(greeting["bot_text"])}</td><td colspan="5"></td></tr>')
     for t in call.get("turns", []):
         ok = t.get("within_budget")
         if t.get("e2e_ms") is not None:
@@ -368,9 +386,10 @@ def _call_html(ci: int, call: dict, out_dir: Path, embed_audio: bool) -> str:
         rows.append(
             f"<tr><td>{t['index'] + 1}{'' if at is None else f' <span class=muted>@{at:.1f}s</span>'}</td>"
             f"<td>{_esc(t.get('user_text'))}</td><td>{said}{extra}</td>"
-            f'<td class="num">{_fmt(t.get("e2e_ms"))}</td><td class="num">{_fmt(t.get("ttfat_ms"))}</td>'
+            f'<td class="num">{_fmt(t.get("e2e_ms"))}</td><td class="num">{_fmt(t.get("answer_e2e_ms"))}</td>'
+            f'<td class="num">{_fmt(t.get("ttfat_ms"))}</td>'
             f'<td class="num">{_fmt(t.get("stt_ms"))}</td><td>{flag}</td></tr>')
-    table = ("<table><tr><th>turn</th><th>caller (STT)</th><th>bot</th><th>e2e_ms</th><th>ttfat_ms</th>"
+    table = ("<table><tr><th>turn</th><th>caller (STT)</th><th>bot</th><th>e2e_ms</th><th>answer_e2e_ms</th><th>ttfat_ms</th>"
              f"<th>stt_ms</th><th>in budget</th></tr>{''.join(rows)}</table>")
     links = " ".join(f'<a href="{_esc(v)}">{_esc(k)}</a>' for k, v in (call.get("outputs") or {}).items())
     return title + audio + table + (f'<div class="muted">files: {links}</div>' if links else "")

@@ -29,6 +29,7 @@ class TurnTimeline:
     tts_first_audio: float | None = None
     bot_started: float | None = None
     first_bot_audio: float | None = None
+    first_answer_audio: float | None = None  # the first bot audio of the answer proper (not a filler)
     bot_stopped: float | None = None
     tts_ttfb_ms: float | None = None
     user_text: str = ""

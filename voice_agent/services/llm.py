@@ -11,8 +11,9 @@ For every LLMContextFrame:
   logged: it is never pushed, so it is never spoken;
 - tool calls become `FunctionCallFromLLM`s for `run_function_calls()`; the handlers registered
   with `register_tool()` run in a thread. The scenario's filler phrase is spoken (TTSSpeakFrame)
-  as soon as the model opens a call (once per caller turn: decoding the call and answering from its
-  result take seconds), or else when a tool takes longer than `filler_after_s`;
+  only when the answer is late: a tool call is under way and no answer text has come
+  `filler_after_s` after the caller's turn reached the LLM. Once per caller turn at most; a turn
+  that answers (or asks) without a tool never gets one;
 - the engine's per-turn metrics (ttft_ms, ttfat_ms, prefill_ms, tokens_per_forward, ...) are kept
   in `last_metrics`, pushed downstream as an `EngineMetricsFrame`, and passed to the
   "on_engine_metrics" event; Pipecat's own TTFB/TTFAT/processing/usage metrics are emitted too;
@@ -38,6 +39,7 @@ from pipecat.adapters.llm.services.open_ai_adapter import openai_is_given
 from pipecat.frames.frames import (
     Frame,
     FunctionCallFromLLM,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -90,14 +92,17 @@ class EngineLLMService(LLMService):
                  temperature: float = _DEFAULTS.temperature, tools: dict[str, ToolFn] | None = None,
                  filler: str = "", filler_after_s: float = _DEFAULTS.filler_after_s,
                  apology: str = DEFAULT_APOLOGY, no_answer: str = DEFAULT_NO_ANSWER, max_tool_rounds: int = 3,
-                 policy: CallPolicy | None = None, decode_ahead: bool = False, **kwargs: Any) -> None:
+                 policy: CallPolicy | None = None, decode_ahead: bool = False,
+                 read_only_tools: frozenset[str] | set[str] = frozenset(), **kwargs: Any) -> None:
         """`engine`: a Brain (`make_brain`), or an engine (then this call gets an EngineBrain on it,
         with `session` or a fresh one). `policy`: the scenario's ask, instead and intents blocks
         (`Scenario.policy`): a call whose grounded argument nobody said is replaced by its question
         (voice_agent/brain/ask_guard.py), and the tool a turn must call is named where the
         dialogue state has decided it (voice_agent/policy/). `decode_ahead`: `speculate`
         decodes the turn as heard, not only prefills it (voice_agent/brain/ahead.py; the in-process
-        engine only)."""
+        engine only). `read_only_tools`: the tools with no side effects (`Scenario.read_only`); a
+        guess decoded ahead that calls only these runs them at once and decodes the answer from
+        their results too."""
         _check_effort(reasoning_effort)
         self.brain: Brain = engine if isinstance(engine, Brain) else EngineBrain(engine, session)
         settings = EngineLLMSettings(
@@ -117,8 +122,13 @@ class EngineLLMService(LLMService):
         self.fillers_spoken = 0
         self.decode_ahead = decode_ahead and self.brain.session is not None
         self._ahead: TurnAhead | None = None  # the latest guess at the turn being heard
-        self._held_turn = False   # the filler was spoken when the model opened a call, this caller turn
-        self._held_round = False  # ... in this LLM round (a slow tool then needs no second one)
+        self.read_only_tools = frozenset(read_only_tools)
+        self._tool_fns: dict[str, ToolFn] = {}
+        self._taken: TurnAhead | None = None  # the guess this turn took, with its tools run ahead
+        self._turn_started = 0.0  # when this caller turn reached the LLM (perf_counter)
+        self._turn_answered = False  # answer text went to the TTS this caller turn
+        self._held_turn = False   # the filler was spoken (or is due) this caller turn
+        self._filler_task: asyncio.Task | None = None
         self._register_event_handler("on_engine_metrics")
         for name, fn in (tools or {}).items():
             self.register_tool(name, fn)
@@ -150,7 +160,9 @@ class EngineLLMService(LLMService):
         return True
 
     async def cleanup(self) -> None:
+        self._cancel_filler()
         await self._drop_ahead()
+        await self._release_taken()
         await super().cleanup()
         await self.brain.aclose()  # the call is over: a remote brain's connections go
 
@@ -160,22 +172,25 @@ class EngineLLMService(LLMService):
         function calling. It runs in a worker thread; errors become an error dict for the model."""
 
         async def handler(params: FunctionCallParams) -> None:
-            result = await self.run_tool(name, fn, dict(params.arguments or {}))
+            result = await self.run_tool(name, fn, dict(params.arguments or {}), call_id=params.tool_call_id)
             await params.result_callback(result)
 
+        self._tool_fns[name] = fn
         self.register_function(name, handler)
 
-    async def run_tool(self, name: str, fn: ToolFn, args: dict) -> Any:
+    async def run_tool(self, name: str, fn: ToolFn, args: dict, call_id: str | None = None) -> Any:
+        ran_ahead = await self._result_ahead(call_id, name, args)
+        if ran_ahead is not None:
+            return ran_ahead[0]
+        return await self._call_tool(name, fn, args)
+
+    async def _call_tool(self, name: str, fn: ToolFn, args: dict) -> Any:
+        """Run one tool in a worker thread (or as a coroutine); an error becomes an error dict."""
         if inspect.iscoroutinefunction(fn):
             task = asyncio.ensure_future(fn(args))
         else:
             task = asyncio.ensure_future(asyncio.to_thread(fn, args))
         t0 = time.perf_counter()
-        done, _ = await asyncio.wait({task}, timeout=self.filler_after_s)
-        if not done and self.filler and not self._held_round:
-            # The tool is slow: acknowledge, so the caller does not sit in silence.
-            self.fillers_spoken += 1
-            await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
         try:
             result = await task
         except asyncio.CancelledError:
@@ -186,6 +201,52 @@ class EngineLLMService(LLMService):
             result = {"error": f"{name} failed: {type(e).__name__}: {e}"}
         logger.debug(f"{self}: tool {name}({args}) -> {result} in {(time.perf_counter() - t0) * 1000:.0f} ms")
         return result
+
+    # -- read-only tools run ahead ---------------------------------------------------------------
+    async def _run_tools_ahead(self, calls: list[dict]) -> dict[str, Any] | None:
+        """A guess's calls, run now when every one is a read-only tool; None (skipped) otherwise."""
+        names = [c["function"]["name"] for c in calls]
+        if not all(n in self.read_only_tools and n in self._tool_fns for n in names):
+            self._count("tools_skipped", len(calls))
+            return None
+        results = {}
+        for c, name in zip(calls, names, strict=True):
+            try:
+                args = json.loads(c["function"]["arguments"] or "{}")
+            except ValueError:
+                self._count("tools_skipped", len(calls))
+                return None
+            results[c["id"]] = await self._call_tool(name, self._tool_fns[name], args)
+            self._count("tools_run")
+        return results
+
+    async def _result_ahead(self, call_id: str | None, name: str, args: dict) -> tuple[Any] | None:
+        """The result of this very call, run ahead by the guess the turn took (then counted used)."""
+        taken = self._taken
+        if taken is None or call_id is None:
+            return None
+        await taken.follow_ready.wait()
+        call = next((c for c in taken.tool_calls if c["id"] == call_id), None)
+        if call is None or call_id not in taken.tool_results or call["function"]["name"] != name:
+            return None
+        try:
+            same = json.loads(call["function"]["arguments"] or "{}") == args
+        except ValueError:
+            same = False
+        if not same:
+            return None
+        self._count("tools_used")
+        return (taken.tool_results.pop(call_id),)
+
+    async def _release_taken(self) -> None:
+        """Done with the guess this turn took: results it ran that the turn never used were wasted."""
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            await taken.cancel()
+            self._count("tools_wasted", len(taken.tool_results))
+
+    def _params_after_tools(self, messages: list[dict], params: dict[str, Any]) -> dict[str, Any]:
+        return {**params, "tool_choice": choice_after(messages, params.get("tool_choice"), self.max_tool_rounds)}
 
     async def warm(self, context: LLMContext) -> None:
         """Start prefilling the system prompt and tools of `context` (the call's, before anyone
@@ -203,23 +264,58 @@ class EngineLLMService(LLMService):
             return
         if self._ahead is not None:
             self._count("decode_wasted")  # the caller said more: the guess before this one is dropped
-        self._ahead = TurnAhead(self.brain, messages, self._turn_kwargs(tools, choice), after=self._ahead)
+            self._count("tools_wasted", len(self._ahead.tool_results))
+        run_tools = self._run_tools_ahead if self.read_only_tools else None
+        self._ahead = TurnAhead(self.brain, messages, self._turn_kwargs(tools, choice), after=self._ahead,
+                                run_tools=run_tools, params_after_tools=self._params_after_tools)
         self._count("decoded")
 
-    def _count(self, what: str) -> None:
+    def _count(self, what: str, n: int = 1) -> None:
         stats = getattr(self.brain, "speculation", None)
-        if stats is not None:
-            setattr(stats, what, getattr(stats, what) + 1)
+        if stats is not None and n:
+            setattr(stats, what, getattr(stats, what) + n)
 
     async def _drop_ahead(self) -> None:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             self._count("decode_wasted")
             await ahead.cancel()
+            self._count("tools_wasted", len(ahead.tool_results))
+
+    # -- frames -----------------------------------------------------------------------------
+    # -- the filler ----------------------------------------------------------------------------
+    def _arm_filler(self) -> None:
+        """A tool call is under way: the filler is due at `filler_after_s` after the turn reached
+        the LLM, unless answer text comes first. Spoken now when that moment has passed."""
+        if not self.filler or self._held_turn or self._turn_answered:
+            return
+        self._held_turn = True
+        delay = self._turn_started + self.filler_after_s - time.perf_counter()
+        self._filler_task = asyncio.ensure_future(self._filler_after(max(0.0, delay)))
+
+    async def _filler_after(self, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if not self._turn_answered:
+            self.fillers_spoken += 1
+            await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
+
+    def _cancel_filler(self) -> None:
+        task, self._filler_task = self._filler_task, None
+        if task is not None and not task.done():
+            task.cancel()
+
+    async def _push_answer_text(self, text: str) -> None:
+        """Answer text to the TTS: the turn is answered, so a filler not yet spoken never is."""
+        self._turn_answered = True
+        self._cancel_filler()
+        await self._push_llm_text(text)
 
     # -- frames -----------------------------------------------------------------------------
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):
+            self._cancel_filler()  # the caller spoke over the wait: nothing left to hold the line for
         if isinstance(frame, LLMContextFrame):
             await self._respond(frame.context)
         else:
@@ -237,7 +333,7 @@ class EngineLLMService(LLMService):
             where = "LLM server" if self.brain.session is None else "engine"
             await self.push_error(error_msg=f"{where} turn failed: {e}", exception=e, category=category)
             if self.apology:
-                await self._push_llm_text(self.apology)
+                await self._push_answer_text(self.apology)
         finally:
             await self.stop_processing_metrics()
             await self.push_frame(LLMFullResponseEndFrame())
@@ -245,13 +341,16 @@ class EngineLLMService(LLMService):
     async def _generate(self, context: LLMContext) -> None:
         messages, tools, tool_choice = await self._request(context)
         if not messages or messages[-1]["role"] == "user":
-            self._held_turn = False
-        self._held_round = False
+            # A new caller turn (a round after a tool result is the same turn).
+            await self._release_taken()
+            self._cancel_filler()
+            self._turn_started, self._turn_answered, self._held_turn = time.perf_counter(), False, False
         kwargs = self._turn_kwargs(tools, tool_choice)
         await self.start_ttfb_metrics()
         result, answered = await self._stream(messages, kwargs)
         await self._report(result)
         if result.tool_calls:
+            self._arm_filler()  # (a call the policy wrote opened no "tool_call" event while decoding)
             await self.stop_ttfat_metrics()  # the call is what the caller gets from this turn
             await self.run_function_calls([
                 FunctionCallFromLLM(function_name=c["function"]["name"], tool_call_id=c["id"],
@@ -262,7 +361,7 @@ class EngineLLMService(LLMService):
             # silence on a phone line is worse than asking again.
             if result.tool_errors:
                 logger.warning(f"{self}: invalid tool call(s): {result.tool_errors}")
-            await self._push_llm_text(self.no_answer)
+            await self._push_answer_text(self.no_answer)
 
     def _turn_kwargs(self, tools: list[dict] | None, tool_choice: Any) -> dict[str, Any]:
         return dict(tools=tools, tool_choice=tool_choice, reasoning_effort=self.reasoning_effort,
@@ -280,11 +379,7 @@ class EngineLLMService(LLMService):
         tools = list(params["tools"]) if openai_is_given(params["tools"]) else None
         choice = params["tool_choice"] if openai_is_given(params["tool_choice"]) else None
         if tools:
-            rounds = _tool_rounds_since_user(messages)
-            if messages and messages[-1]["role"] == "tool" and choice not in (None, "auto", "none"):
-                choice = "auto"  # a forced call answers the user; after its result, let the model speak
-            if rounds >= self.max_tool_rounds:
-                choice = "none"  # stop a model that keeps calling tools instead of answering
+            choice = choice_after(messages, choice, self.max_tool_rounds)
         return messages, tools or None, (choice if tools else None)
 
     async def _stream(self, messages: list[dict], kwargs: dict) -> tuple[TurnResult, bool]:
@@ -293,10 +388,15 @@ class EngineLLMService(LLMService):
         exactly these messages and parameters is the turn's stream (voice_agent/brain/ahead.py)."""
         result, answered, first = None, False, True
         speakable = SpeakableFilter()
+        if self._ahead is None and self._taken is not None:
+            # The round after the tools the taken guess ran: its answer may be decoding already.
+            await self._taken.follow_ready.wait()
+            self._ahead, self._taken.follow = self._taken.follow, None
+            await self._release_taken()
         ahead, ahead_ms = self._ahead, None
         if ahead is not None and ahead.matches(messages, kwargs):
             self._ahead = None
-            self._count("decode_used")
+            self._count("answers_ahead_used" if ahead.after_tools else "decode_used")
             ahead_ms = round(ahead.ahead_ms(), 1)
         else:
             ahead = None
@@ -309,7 +409,9 @@ class EngineLLMService(LLMService):
                         item.result.metrics["decoded_ahead_ms"] = ahead_ms  # started this long before the turn
                     result, answered, first = await self._on_event(item, result, answered, first, speakable)
         finally:
-            if ahead is not None:
+            if ahead is not None and ahead.consumed:
+                self._taken = ahead  # its read-only calls may have run ahead, and their answer be decoding
+            elif ahead is not None:
                 await ahead.cancel()  # a barge-in mid-answer stops the decode it was reading
         if result is None:
             raise BrainError(BrainError.BAD_RESPONSE, "the LLM stream ended without a result")
@@ -322,18 +424,16 @@ class EngineLLMService(LLMService):
         if item.type in ("reasoning", "answer") and first:
             first = False
             await self.stop_ttfb_metrics()
-        if item.type == "tool_call" and not answered and self.filler and not self._held_turn:
-            # Decoding the call and answering from its result take seconds: say the filler
-            # now, once per caller turn, rather than leave the line silent.
-            self._held_turn = self._held_round = True
-            self.fillers_spoken += 1
-            await self.push_frame(TTSSpeakFrame(self.filler, append_to_context=False))
+        if item.type == "tool_call" and not answered:
+            # Decoding the call and answering from its result take a while: the filler is due if the
+            # answer is late.
+            self._arm_filler()
         elif item.type == "answer" and item.text:
             text = speakable.feed(item.text)
             text = text if answered else text.lstrip()
             if text.strip() or (answered and text):
                 answered = True
-                await self._push_llm_text(text)
+                await self._push_answer_text(text)
         elif item.type == "done":
             result = item.result  # reasoning is logged in _report, never pushed
         return result, answered, first
@@ -409,6 +509,16 @@ def _text(content: Any) -> str:
 
 def _json_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def choice_after(messages: list[dict], choice: Any, max_tool_rounds: int) -> Any:
+    """The tool_choice of a round: a forced call answers the caller, so after its result the model
+    speaks ("auto"); past `max_tool_rounds` calls since the caller spoke, no more ("none")."""
+    if messages and messages[-1]["role"] == "tool" and choice not in (None, "auto", "none"):
+        choice = "auto"
+    if _tool_rounds_since_user(messages) >= max_tool_rounds:
+        choice = "none"  # stop a model that keeps calling tools instead of answering
+    return choice
 
 
 def _tool_rounds_since_user(messages: list[dict]) -> int:

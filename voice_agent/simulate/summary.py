@@ -9,7 +9,8 @@
   engine's own per-round ratio, aggregated: infilled tool-call skeleton tokens are not counted);
   decoded_tokens and forward_passes are its two sums (the passes are what a call waits for)
 - first_answer_ms_p50/p95 = per caller turn, from its text going in to the first answer text out
-  (tool rounds included)
+  (tool rounds included; a filler is not the answer): the text-level answer_e2e_ms
+- filler_turn_share = caller turns where the filler was spoken (the answer was late) / caller turns
 - policy_share      = caller turns whose action the policy decided (a scripted answer, the tool it
   named, the question it asked instead of a call: `decided_by`) / caller turns; model_share the rest
 A rate whose denominator is 0 is None.
@@ -74,6 +75,8 @@ def summarize(records: list[CallRecord], reasons: list[list[str]], **extra: Any)
         "forward_passes": forwards,
         "first_answer_ms_p50": first["p50"],
         "first_answer_ms_p95": first["p95"],
+        "filler_turn_share": _rate(sum(bool(t.fillers) for r in records for t in r.turns),
+                                   sum(len(r.turns) for r in records)),
         **extra,
         "per_call": rows,
     }
@@ -94,7 +97,9 @@ def table_text(summary: dict) -> str:
                  f"answered {_pct(summary['answered_rate'])}, clean replies {_pct(summary['clean_reply_rate'])}, "
                  f"tool errors {_pct(summary['tool_error_rate'])}, policy decided {_pct(summary['policy_share'])} "
                  f"of turns (model {_pct(summary['model_share'])}), ttfat p50/p95 "
-                 f"{summary['ttfat_ms_p50']}/{summary['ttfat_ms_p95']} ms, "
+                 f"{summary['ttfat_ms_p50']}/{summary['ttfat_ms_p95']} ms, first answer p50/p95 "
+                 f"{summary['first_answer_ms_p50']}/{summary['first_answer_ms_p95']} ms, "
+                 f"filler on {_pct(summary['filler_turn_share'])} of turns, "
                  f"tokens/forward {summary['tokens_per_forward']}")
     return "\n".join(lines)
 

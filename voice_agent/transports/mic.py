@@ -105,6 +105,7 @@ def latency_line(tl: Any) -> str:
 
     eng = tl.engine[-1] if getattr(tl, "engine", None) else {}
     return (f"turn {tl.index}: e2e_ms {ms(tl.vad_stopped, tl.first_bot_audio)} | "
+            f"answer_e2e_ms {ms(tl.vad_stopped, getattr(tl, 'first_answer_audio', None))} | "
             f"stt_ms {ms(tl.vad_stopped, tl.transcript_final)} | ttft_ms {eng.get('ttft_ms', '-')} | "
             f"ttfat_ms {eng.get('ttfat_ms', '-')} | tts_ttfb_ms {ms(tl.tts_request, tl.tts_first_audio)} | "
             f"tokens_per_forward {eng.get('tokens_per_forward', '-')} | "
