@@ -358,3 +358,24 @@ async def test_a_real_call_runs_through_the_whole_runner_on_the_default_model(de
     assert len(booked_now.get("Jordan Lee", [])) <= len(booked_jordan)
     s = summarize([record], [grade(call, record)])
     assert s["tokens_per_forward"] and s["tokens_per_forward"] > 0 and s["answered_rate"] is not None
+
+
+async def test_heard_early_a_read_only_search_runs_ahead_and_the_booking_waits_for_the_turn(tmp_path):
+    call = good_call()
+    call = type(call)(id=call.id, caller=("please book me a cleaning on 2026-12-08 the name is jordan lee", "ok great"),
+                      setup=call.setup, expect=call.expect)
+    engine = ScriptedEngine()
+    record = await run_call(call, SCENARIO, engine, TODAY, RunOptions(hear_early_s=0.2, filler_after_s=5.0),
+                            db_dir=tmp_path)
+
+    assert record.error is None
+    first = record.turns[0]
+    assert [c.name for c in first.tool_calls] == ["find_free_slots", "book_appointment"]
+    assert [r.text for r in first.replies][-1].startswith("You're booked for 2026-12-08")
+    assert record.state["appointments"]["Jordan Lee"] == [{"date": "2026-12-08", "time": "09:00", "service": "cleaning"}]
+    spec = record.speculation
+    # the search ran while the caller was "still speaking" and the turn took its result; the round after
+    # it (which calls book_appointment) was decoded ahead; the booking itself ran once, at the turn
+    assert (spec["tools_run"], spec["tools_used"], spec["tools_wasted"]) == (1, 1, 0)
+    assert spec["answers_ahead_used"] == 1
+    assert [m[-1]["role"] for m in engine.requests] == ["tool", "tool", "user"]  # no round decoded twice

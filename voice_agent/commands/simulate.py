@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a LoRA adapter (.safetensors from `engine.train export`) instead of the shipped one")
     add_flags(parser, ("max_tokens", "temperature", "warm_prefill"))
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="seconds one caller turn may take")
+    parser.add_argument("--hear-early-s", type=float, default=0.0, metavar="S",
+                        help="hear each caller turn S seconds before it ends, as the live pipeline's early STT pass "
+                             "does: the turn decodes ahead and its read-only tools run meanwhile (0: off)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -68,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from voice_agent.simulate.runner import RunOptions
     from voice_agent.simulate.summary import table_text
 
-    opts = RunOptions.from_args(args, turn_timeout_s=args.turn_timeout, scenario=scenario.name)
+    if args.hear_early_s < 0:
+        print("voice-agent simulate: --hear-early-s must be 0 or more", file=sys.stderr)
+        return 2
+    opts = RunOptions.from_args(args, turn_timeout_s=args.turn_timeout, scenario=scenario.name,
+                                hear_early_s=args.hear_early_s)
     from voice_agent.packs.adapter import pack_adapter
 
     adapter = args.adapter or pack_adapter(scenario, opts.model)  # --adapter, else the pack's own

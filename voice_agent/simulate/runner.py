@@ -70,6 +70,9 @@ class RunOptions(CallOptions):
     """The call's knobs (CallOptions: reasoning_effort, max_tokens, filler_after_s, ...) and the run's own."""
 
     turn_timeout_s: float = 300.0         # one caller turn, tool rounds included
+    # Hear each caller turn's words this long before the turn ends, as the live pipeline's early STT
+    # pass does: the turn is decoded ahead and its read-only tools run meanwhile (0: off).
+    hear_early_s: float = 0.0
 
 
 class TurnCollector(FrameProcessor):
@@ -172,7 +175,7 @@ async def _converse(call: Call, scenario: Scenario, engine: Any, backend: Any, t
         engine, system_instruction=scenario.system_prompt_for(today),
         reasoning_effort=opts.reasoning_effort or scenario.reasoning_effort, max_tokens=opts.max_tokens,
         temperature=opts.temperature, tools=scenario.bind_handlers(backend), filler=scenario.filler, filler_after_s=opts.filler_after_s,
-        policy=scenario.policy)
+        policy=scenario.policy, decode_ahead=opts.hear_early_s > 0, read_only_tools=scenario.read_only)
     greeting = [{"role": "assistant", "content": scenario.greeting}] if scenario.greeting else []
     context = LLMContext(messages=greeting, tools=tools_schema(scenario.tools)) if scenario.tools else LLMContext(greeting)
     # The live call's turn strategies; no VAD analyzer, as there is no audio.
@@ -196,6 +199,10 @@ async def _converse(call: Call, scenario: Scenario, engine: Any, backend: Any, t
             await llm.warm(context)
             await llm.brain.warmed()
         for line in call.caller:
+            if opts.hear_early_s > 0:
+                # the words heard before the end-of-turn wait is over (the early STT pass)
+                await llm.speculate(context, line)
+                await asyncio.sleep(opts.hear_early_s)
             turn = collector.begin(line)
             record.turns.append(turn)
             n_metrics = len(llm.turn_metrics)
@@ -216,6 +223,8 @@ async def _converse(call: Call, scenario: Scenario, engine: Any, backend: Any, t
         collector.turn = None
     finally:
         await _hang_up(worker, run)
+        stats = getattr(llm.brain, "speculation", None)
+        record.speculation = stats.as_dict() if stats is not None and opts.hear_early_s > 0 else None
         lock = getattr(llm.session, "lock", None)
         if lock is not None and lock.acquire(timeout=60):  # a cut-off turn stops at its next block
             lock.release()

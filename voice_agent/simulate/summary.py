@@ -11,6 +11,8 @@
 - first_answer_ms_p50/p95 = per caller turn, from its text going in to the first answer text out
   (tool rounds included; a filler is not the answer): the text-level answer_e2e_ms
 - filler_turn_share = caller turns where the filler was spoken (the answer was late) / caller turns
+- speculation       = with --hear-early-s: the calls' decodes ahead and read-only tools run ahead,
+  added up (tools_run, tools_used, tools_wasted, tools_skipped, ...); None otherwise
 - policy_share      = caller turns whose action the policy decided (a scripted answer, the tool it
   named, the question it asked instead of a call: `decided_by`) / caller turns; model_share the rest
 A rate whose denominator is 0 is None.
@@ -77,9 +79,20 @@ def summarize(records: list[CallRecord], reasons: list[list[str]], **extra: Any)
         "first_answer_ms_p95": first["p95"],
         "filler_turn_share": _rate(sum(bool(t.fillers) for r in records for t in r.turns),
                                    sum(len(r.turns) for r in records)),
+        "speculation": _totals([r.speculation for r in records if r.speculation is not None]),
         **extra,
         "per_call": rows,
     }
+
+
+def _totals(dicts: list[dict]) -> dict[str, int] | None:
+    if not dicts:
+        return None
+    out: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
 
 
 def table_text(summary: dict) -> str:
@@ -101,6 +114,12 @@ def table_text(summary: dict) -> str:
                  f"{summary['first_answer_ms_p50']}/{summary['first_answer_ms_p95']} ms, "
                  f"filler on {_pct(summary['filler_turn_share'])} of turns, "
                  f"tokens/forward {summary['tokens_per_forward']}")
+    spec = summary.get("speculation")
+    if spec:
+        lines.append(f"heard early: {spec.get('decode_used', 0)} of {spec.get('decoded', 0)} turns decoded ahead were used; "
+                     f"read-only tools run ahead {spec.get('tools_run', 0)}, used {spec.get('tools_used', 0)}, "
+                     f"wasted {spec.get('tools_wasted', 0)}, skipped (side effects) {spec.get('tools_skipped', 0)}; "
+                     f"answers decoded ahead from them {spec.get('answers_ahead_used', 0)}")
     return "\n".join(lines)
 
 

@@ -58,6 +58,7 @@ class CallRecord:
     state: dict | None = None                               # the backend's snapshot() after the call
     error: str | None = None                                # the call could not be run to the end
     wall_s: float = 0.0
+    speculation: dict | None = None  # with --hear-early-s: the turns decoded ahead, the tools run ahead
 
     @property
     def spoken(self) -> str:
