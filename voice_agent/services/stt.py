@@ -39,6 +39,7 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from voice_agent.services.early_stt import EarlyPass, EarlyPasses, STTStats
+from voice_agent.services.turn_carry import TurnCarry
 from voice_agent.services.whisper_window import (
     DEFAULT_SHORT_WINDOW,
     FULL_WINDOW_FRAMES,
@@ -185,6 +186,8 @@ class LocalWhisperSTTService(WhisperSTTService):
     `window`: "short" (the encoder window sized to the segment) or "30s". `early=True`: the VAD
     (a `PauseAwareSileroVAD` this service listens to) says when a pause begins, and the segment is
     transcribed during the VAD's stop wait, EARLY_AFTER_S into it (`early_stt.EarlyPasses`). `stats` counts what happened.
+    A segment that resumes the caller's turn after a short pause is heard behind the turn's earlier
+    audio (`turn_carry.TurnCarry`).
     """
 
     def __init__(self, *, stt_model: str = "tiny.en", cpu_threads: int = 2, beam_size: int = 1,
@@ -202,6 +205,7 @@ class LocalWhisperSTTService(WhisperSTTService):
         self._early = EarlyPasses(self._transcribe_pcm, self.stats)
         self._in_segment = False
         self._pause_at: int | None = None  # buffer length at the first silent frame of a pause
+        self._carry: TurnCarry | None = None  # made once the input rate is known
         kwargs.setdefault("ttfs_p99_latency", 1.0)
         super().__init__(
             settings=WhisperSTTService.Settings(model=str(self._model_dir), language=Language.EN,
@@ -221,8 +225,16 @@ class LocalWhisperSTTService(WhisperSTTService):
         self._pause_at = None
         self._early.resumed()
 
+    @property
+    def carry(self) -> TurnCarry:
+        if self._carry is None:
+            self._carry = TurnCarry(self.sample_rate or WHISPER_RATE)
+        return self._carry
+
     async def process_audio_frame(self, frame: InputAudioRawFrame, direction: FrameDirection) -> None:
         await super().process_audio_frame(frame, direction)
+        if not self._in_segment:
+            self.carry.silence(len(frame.audio))
         if self._pause_at is not None and len(self._audio_buffer) - self._pause_at >= self._early_after_bytes():
             # Pipecat's SegmentedSTTService keeps the segment in `_audio_buffer` and pads it with
             # `_trailing_silence()` (1.14): transcribe what it holds now, padded the same way.
@@ -250,6 +262,7 @@ class LocalWhisperSTTService(WhisperSTTService):
         if isinstance(frame, VADUserStartedSpeakingFrame):
             self._in_segment = True
             self._pause_at = None
+            self.carry.segment_started()
             self._early.resumed()  # a pass still pending heard a pause the VAD did not confirm
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._in_segment = False
@@ -259,7 +272,11 @@ class LocalWhisperSTTService(WhisperSTTService):
 
     # -- transcription ---------------------------------------------------------------------------
     def _transcribe_pcm(self, audio: bytes) -> Transcript:
-        """Blocking: one segment of 16-bit PCM at the pipeline's input rate."""
+        """Blocking: one segment of 16-bit PCM at the pipeline's input rate (only its new words,
+        when it resumes the caller's turn)."""
+        return self.carry.transcribe(audio, self._transcribe_clip)
+
+    def _transcribe_clip(self, audio: bytes) -> Transcript:
         pcm = np.frombuffer(audio[: len(audio) // 2 * 2], dtype=np.int16).astype(np.float32) / 32768.0
         if self.sample_rate and self.sample_rate != WHISPER_RATE:
             pcm = _resample(pcm, self.sample_rate, WHISPER_RATE)
@@ -284,6 +301,7 @@ class LocalWhisperSTTService(WhisperSTTService):
             return
         self.stats.segments += 1
         self.stats.short_fallbacks += result.fallback is not None
+        self.carry.segment_ended(audio[: max(0, len(audio) - len(self._trailing_silence()))], result.text)
         if result.text:
             logger.debug(f"transcript ({self.last_stt_ms:.0f} ms, {result.window} window): {result.text}")
             yield TranscriptionFrame(result.text, self._user_id, time_now_iso8601(), Language.EN)
