@@ -107,3 +107,13 @@ def test_a_shipped_packs_read_only_tools_leave_its_store_as_it_was(tmp_path, pac
         handlers[fn["name"]](args)
         handlers[fn["name"]]({})
     assert backend.snapshot() == before
+
+
+def test_one_tools_schema_is_read_through_the_scenario():
+    s = load_scenario("dental_clinic")
+    assert s.tool("book_appointment")["name"] == "book_appointment" and s.tool("nope") is None
+    assert s.required("book_appointment") == ["patient_name", "date", "time"]
+    assert set(s.arguments("find_free_slots")) == {"date", "part_of_day", "service"}
+    assert s.kind_of("book_appointment", "time") == "time"
+    assert s.kind_of("", "patient_name") == "person_name"  # from any tool that has it
+    assert s.arguments("nope") == {} and s.required("nope") == [] and s.kind_of("nope", "x") is None

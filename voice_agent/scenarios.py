@@ -114,6 +114,29 @@ class Scenario:
     def tool_names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tools]
 
+    # -- one tool's schema: the single place its parts are read from ---------------------------
+    def tool(self, name: str) -> dict | None:
+        """The function schema of the tool `name` ({name, description, parameters}); None if unknown."""
+        return next((t["function"] for t in self.tools if t["function"]["name"] == name), None)
+
+    def arguments(self, name: str) -> dict[str, dict]:
+        """The tool's arguments: name -> JSON schema ({} for an unknown tool)."""
+        return ((self.tool(name) or {}).get("parameters") or {}).get("properties") or {}
+
+    def required(self, name: str) -> list[str]:
+        return list(((self.tool(name) or {}).get("parameters") or {}).get("required") or [])
+
+    def kind_of(self, tool: str, arg: str) -> str | None:
+        """The argument's `x-kind` in `tool`, else in the first tool that has it with a kind."""
+        spec = self.arguments(tool).get(arg)
+        if isinstance(spec, dict) and spec.get(KIND_KEY):
+            return spec[KIND_KEY]
+        for name in self.tool_names:
+            spec = self.arguments(name).get(arg)
+            if isinstance(spec, dict) and spec.get(KIND_KEY):
+                return spec[KIND_KEY]
+        return None
+
     @property
     def facts(self) -> dict[str, str]:
         """The scenario's `facts` block (hours, address, prices, ...): what the agent answers questions from."""

@@ -120,17 +120,12 @@ def _seed_by_create(scenario: Scenario, roles: dict[str, str], handlers: dict[st
 
 
 def kinds_of_value(scenario: Scenario, arg: str) -> str | None:
-    for t in scenario.tools:
-        spec = ((t["function"].get("parameters") or {}).get("properties") or {}).get(arg)
-        if isinstance(spec, dict) and spec.get("x-kind"):
-            return spec["x-kind"]
-    return None
+    return scenario.kind_of("", arg)
 
 
 def _kinds(scenario: Scenario, tool: str) -> dict[str, str]:
-    fn = next(t["function"] for t in scenario.tools if t["function"]["name"] == tool)
-    props = (fn.get("parameters") or {}).get("properties") or {}
-    required = (fn.get("parameters") or {}).get("required") or list(props)
+    props = scenario.arguments(tool)
+    required = scenario.required(tool) or list(props)
     return {a: props[a].get("x-kind") or "text" for a in required if a in props}
 
 

@@ -474,22 +474,17 @@ def _today(call: Call) -> dt.date:
 
 # -- shared --------------------------------------------------------------------------------------
 def _props(sc, tool: str) -> dict:
-    fn = next((t["function"] for t in sc.tools if t["function"]["name"] == tool), {})
-    return (fn.get("parameters") or {}).get("properties") or {}
+    return sc.arguments(tool)
 
 
 def _kind(call: Call, tool: str, arg: str) -> str:
     """The argument's kind in `tool`, else in any tool that takes it."""
-    sc = call.source.scenario
-    spec = (_props(sc, tool).get(arg) if tool in sc.tool_names else None) or {}
-    return spec.get("x-kind") or kinds_of_value(sc, arg) or "text"
+    return call.source.scenario.kind_of(tool, arg) or "text"
 
 
 def needed_args(sc, tool: str) -> list[str]:
-    fn = next(t["function"] for t in sc.tools if t["function"]["name"] == tool)
-    req = list((fn.get("parameters") or {}).get("required") or [])
-    props = _props(sc, tool)
-    return req + [a for a in props if a not in req and ask_question(sc.ask, tool, a)]
+    req = sc.required(tool)
+    return req + [a for a in sc.arguments(tool) if a not in req and ask_question(sc.ask, tool, a)]
 
 
 def _draw(source: Source, bank: ValueBank, rng: random.Random, today: dt.date, tool: str, arg: str, kind: str) -> Value:

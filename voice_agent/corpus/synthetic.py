@@ -293,8 +293,7 @@ def _backend(scenario: Scenario, roles: dict[str, str], ident: tuple[str, str], 
     choices = {c: (c, *s) for c, s in d.choices.items()}
 
     def kind_of(tool: str, arg: str) -> str:
-        spec = next(t for t in scenario.tools if t["function"]["name"] == tool)["function"]["parameters"]["properties"][arg]
-        return spec.get("x-kind") or "text"
+        return scenario.arguments(tool)[arg].get("x-kind") or "text"
 
     def value(tool: str, arg: str, words: object) -> str:
         kind = kind_of(tool, arg)
@@ -393,8 +392,7 @@ def _backend(scenario: Scenario, roles: dict[str, str], ident: tuple[str, str], 
 
 
 def _required(scenario: Scenario, tool: str) -> list[str]:
-    fn = next(t for t in scenario.tools if t["function"]["name"] == tool)["function"]
-    return list((fn.get("parameters") or {}).get("required") or [])
+    return scenario.required(tool)
 
 
 class _Refused(Exception):
