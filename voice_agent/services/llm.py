@@ -442,6 +442,8 @@ class EngineLLMService(LLMService):
         m = dict(result.metrics)
         m["finish_reason"] = result.finish_reason
         m["tool_calls"] = [c["function"]["name"] for c in result.tool_calls]
+        if result.reasoning:
+            m["reasoning"] = result.reasoning  # the note (never spoken): kept with the round's numbers
         self.last_metrics = m
         self.turn_metrics.append(m)
         self.last_reasoning = result.reasoning
