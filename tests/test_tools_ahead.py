@@ -35,6 +35,10 @@ class DeskBrain(Brain):
         super().__init__()
         self.speculation = SpeculationStats()
         self.rounds: list[str] = []
+        self.prefilled: list[list[dict]] = []
+
+    def _prefill_ahead(self, messages, params):
+        self.prefilled.append(messages)
 
     @property
     def model_name(self) -> str:
@@ -100,12 +104,17 @@ async def test_a_read_only_call_heard_early_runs_ahead_and_its_answer_is_decoded
     s = brain.speculation
     assert (s.tools_run, s.tools_used, s.tools_wasted, s.tools_skipped) == (1, 1, 0, 0)
     assert (s.decode_used, s.answers_ahead_used) == (1, 1)
+    assert brain.prefilled == []  # a read-only call's answer decoded ahead: nothing else to prefill
 
 
 async def test_a_tool_with_side_effects_never_runs_ahead():
     brain, desk, spoken = await _turn("please book friday", ["please book friday"])
     assert desk.before_turn == []  # the guess stopped at the call
     assert desk.ran == [("book_appointment", "friday")]  # made once, by the turn
+    # ... and the prompt up to that call was prefilled while the caller was still speaking
+    (prefilled,) = brain.prefilled
+    assert prefilled[-2]["content"] == "please book friday"
+    assert prefilled[-1]["tool_calls"][0]["function"]["name"] == "book_appointment"
     assert "".join(spoken) == "I have you booked on friday."
     s = brain.speculation
     assert (s.tools_run, s.tools_used, s.tools_skipped, s.answers_ahead_used) == (0, 0, 1, 0)

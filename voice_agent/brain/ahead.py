@@ -15,7 +15,8 @@ A guess that ends in calls to read-only tools only (a pack's `read_only: true`: 
 times, looking a customer up) goes one step further with `run_tools`: those tools run at once, and
 the round that answers from their results decodes ahead too (`follow`), so when the turn comes
 with these words its answer is already decoding. A tool with side effects never runs ahead: the
-guess stops at its call, which runs only when the turn takes it.
+guess stops at its call, which runs only when the turn takes it, and the prompt up to that call is
+prefilled meanwhile, so the answer round after the tool has only the result to read.
 """
 
 from __future__ import annotations
@@ -85,10 +86,13 @@ class TurnAhead:
     async def _answer_ahead(self, brain: Brain, calls: list[dict], run_tools: ToolsAhead,
                             params_after_tools: ParamsAfterTools) -> None:
         results = await run_tools(calls)
+        call = {"role": "assistant", "content": "", "tool_calls": calls}
         if results is None:
-            return  # a call with side effects: it waits for the turn
+            # A call with side effects waits for the turn; the prompt up to it need not.
+            brain.prefill_ahead([*self.messages, call], **self.params)
+            return
         self.tool_calls, self.tool_results = calls, results
-        messages = [*self.messages, {"role": "assistant", "content": "", "tool_calls": calls},
+        messages = [*self.messages, call,
                     *({"role": "tool", "content": json.dumps(results[c["id"]]), "tool_call_id": c["id"]}
                       for c in calls)]
         self.follow = TurnAhead(brain, messages, params_after_tools(messages, self.params))

@@ -27,7 +27,7 @@ class SpeculationStats:
     started: int = 0   # prefills of the caller's words as heard before the turn was decided (a turn
     #                    heard in several transcripts gets one per transcript; the last is judged)
     skipped: int = 0   # not run: the session was busy with a turn, or the guess would crop its prompt
-    used: int = 0      # the turn came with exactly the words prefilled
+    used: int = 0      # the turn came with exactly the words prefilled (or began with them)
     wasted: int = 0    # the turn's words differed: the prefill past their common prefix was thrown away
     # Decodes ahead (voice_agent/brain/ahead.py), counted by the service that starts them:
     decoded: int = 0        # the caller's words as heard, decoded before the turn was decided
@@ -119,8 +119,8 @@ class EngineBrain(Brain):
         (guess, done), self._guess = self._guess, None
         if await asyncio.shield(asyncio.wrap_future(done)) is None:
             return  # skipped: counted as such
-        if guess == messages:
-            self.speculation.used += 1
+        if messages[: len(guess)] == guess:
+            self.speculation.used += 1  # the turn's prompt, or its start (a round's prompt up to its tool call)
         else:
             self.speculation.wasted += 1
 
