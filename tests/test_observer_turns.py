@@ -112,8 +112,22 @@ def test_a_turn_cut_at_its_inner_pause_stays_one_turn_with_a_false_cutoff():
     record = turn_record(turn, true_end=26.4)
     assert record["stt_ms"] == pytest.approx(100.0) and record["e2e_ms"] == pytest.approx(800.0)
     assert record["false_cutoffs"] == 1 and record["ttft_ms"] == 300.0
+    assert record["cutoffs_heard"] == 0  # cut off before a word of it played
     summary = summarize([{"turns": [record]}], budget_ms=500, model="m", reasoning_effort="instant")
-    assert summary["false_cutoffs"] == 1 and summary["turns"] == 1
+    assert summary["false_cutoffs"] == 1 and summary["turns"] == 1 and summary["cutoffs_heard"] == 0
+
+
+def test_a_cut_off_answer_the_caller_heard_begin_is_counted_as_heard():
+    # The same pause, but the cut-off answer's audio began (25.4) before the caller went on (25.5).
+    events = [(23.79, VADUserStartedSpeakingFrame(start_secs=0.2), OTHER), (23.79, UserStartedSpeakingFrame(), OTHER),
+              *vad_stop(24.8), *stt_done(24.9, "10 in the morning works."),
+              *answer(25.0, "What name is it under?", total_ms=500.0),
+              *vad_start(25.7), (25.7, UserStartedSpeakingFrame(), OTHER),
+              *vad_stop(26.6), *stt_done(26.7, "And my name is Jordan Lee."),
+              *answer(26.8, "Thanks, Jordan."), (28.0, BotStoppedSpeakingFrame(), OUT)]
+    (turn,) = observe(events).turns
+    assert (turn.false_cutoffs, turn.cutoffs_heard) == (1, 1)
+    assert turn.cut_off_text == "What name is it under?" and turn.bot_text == "Thanks, Jordan."
 
 
 def test_a_late_transcript_before_the_answer_is_the_same_turn_not_a_new_one():

@@ -42,6 +42,9 @@ def budget_lines(s: dict) -> list[str]:
     else:
         lines.append(f"budget FAIL: {', '.join(verdict.get('failed') or []) or 'no turn measured'} within "
                      f"{s['budget_ms']:.0f} ms on < {share:.0%} of turns")
+    if s.get("false_cutoffs"):
+        lines.append(f"false cut-offs: {s['false_cutoffs']} (the caller heard {s.get('cutoffs_heard', 0)} of those "
+                     "answers begin)")
     filler = s.get("filler_turn_share")
     lines.append(f"dominant stage: {s['dominant_stage']}; turns with a filler: {'-' if filler is None else f'{filler:.0%}'}")
     steps = {k: v for k, v in (s.get("ttfat_breakdown_mean_ms") or {}).items() if v is not None}

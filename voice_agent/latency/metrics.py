@@ -120,6 +120,7 @@ def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEF
         "interrupted": tl.interrupted,
         "late_transcript": tl.late_transcript,
         "false_cutoffs": tl.false_cutoffs,
+        "cutoffs_heard": tl.cutoffs_heard,
         "stt_cutoffs": tl.stt_cutoffs,
         "cut_off_text": tl.cut_off_text,
         "e2e_ms": e2e,
@@ -218,6 +219,8 @@ def summarize(calls: list[dict], *, budget_ms: float, model: str, reasoning_effo
         # caller turns the pipeline ended at a pause inside them (the caller went on): each one is
         # still one turn in this report, measured from the end of the whole turn
         "false_cutoffs": sum(int(t.get("false_cutoffs") or 0) for t in turns),
+        # ... of which the caller heard the cut-off answer begin (the rest were dropped unheard)
+        "cutoffs_heard": sum(int(t.get("cutoffs_heard") or 0) for t in turns),
         "stt_cutoffs": sum(int(t.get("stt_cutoffs") or 0) for t in turns),  # ended before the transcript came
         "budget_ms": budget_ms,
         "budget_pass_rate": rates["e2e_ms"],

@@ -325,6 +325,7 @@ class TurnLatencyObserver(BaseObserver):
         for the answer to the whole turn."""
         if by_pause:
             turn.false_cutoffs += 1
+            turn.cutoffs_heard += turn.first_bot_audio is not None  # the caller heard the answer start
         else:
             turn.stt_cutoffs += 1
         turn.cut_off_text = f"{turn.cut_off_text} {turn.bot_text}".strip()

@@ -45,6 +45,7 @@ class TurnTimeline:
     # the answer moments start over (the caller waits for the answer to the whole turn), and what
     # the cut-off answers said and cost is kept here, out of the turn's numbers.
     false_cutoffs: int = 0
+    cutoffs_heard: int = 0  # false cut-offs whose answer had started to play before the caller went on
     stt_cutoffs: int = 0  # the same, but with no pause in the turn: it ended before its transcript came
     vad_segments: int = 0  # VAD stops while the turn was open: more than one means a pause inside it
     llm_requests: list[float] = field(default_factory=list)  # every LLM request of the turn, cut-offs' too
