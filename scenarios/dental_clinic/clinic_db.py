@@ -20,12 +20,13 @@ import random
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import yaml
 
+from voice_agent.packs.sqlite_store import transaction
 from voice_agent.policy.calendar_words import (
     Hours,
     WordsError,
@@ -146,23 +147,10 @@ class ClinicDB:
     def today(self) -> dt.date:
         return self._today or dt.date.today()
 
-    @contextmanager
-    def connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+    def connect(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
         """A connection in a transaction; BEGIN IMMEDIATE for writes, so the check-then-insert of a
         booking cannot interleave with another writer."""
-        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        con.row_factory = sqlite3.Row
-        try:
-            con.execute("PRAGMA foreign_keys = ON")
-            con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+        return transaction(self.path, write=write, foreign_keys=True)
 
     def _create_and_seed(self, seed: int, empty: bool = False) -> None:
         con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
