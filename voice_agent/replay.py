@@ -32,7 +32,7 @@ from voice_agent.audio_io import AUDIO_SUFFIXES, AudioFormatError, read_caller_a
 from voice_agent.config import CallOptions
 from voice_agent.latency import expectations as expect_mod
 from voice_agent.latency.budget import budget_lines
-from voice_agent.latency.metrics import distribution, summarize, turn_record
+from voice_agent.latency.metrics import add_counters, distribution, summarize, turn_record
 from voice_agent.latency.report import build_report, write_report
 from voice_agent.latency.truth import speech_segments, true_speech_end, utterances
 from voice_agent.latency.wer import word_errors
@@ -375,8 +375,8 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
                             "early_stt": opts.early_stt,
                             "warm_prefill": opts.warm_prefill,
                             "decode_ahead": opts.decodes_ahead,
-                            "stt": _totals(calls, "stt"),
-                            "speculative_prefill": _totals(calls, "speculative_prefill"),
+                            "stt": add_counters(c.get("stt") for c in calls),
+                            "speculative_prefill": add_counters(c.get("speculative_prefill") for c in calls),
                             "first_clause_words": opts.first_clause_words,
                             "bot_longest_pause_ms": distribution(t.get("bot_longest_pause_ms") for c in calls
                                                                  for t in c.get("turns") or []),
@@ -400,17 +400,6 @@ def _served_model(calls: list[dict], opts: ReplayOptions) -> str:
                 if m.get("model"):
                     return str(m["model"])
     return opts.llm_model or "(the server's)"
-
-def _totals(calls: list[dict], key: str) -> dict[str, int]:
-    """The calls' counters under `key` added up (STT: segments, early passes used / dropped, 30 s
-    fallbacks; speculative prefills: started, skipped, used, wasted)."""
-    totals: dict[str, int] = {}
-    for c in calls:
-        for k, v in (c.get(key) or {}).items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                totals[k] = totals.get(k, 0) + v
-    return totals
-
 
 def print_summary(report: dict, out_dir: Path) -> None:
     s = report["summary"]

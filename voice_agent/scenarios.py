@@ -128,10 +128,7 @@ class Scenario:
 
     def kind_of(self, tool: str, arg: str) -> str | None:
         """The argument's `x-kind` in `tool`, else in the first tool that has it with a kind."""
-        spec = self.arguments(tool).get(arg)
-        if isinstance(spec, dict) and spec.get(KIND_KEY):
-            return spec[KIND_KEY]
-        for name in self.tool_names:
+        for name in (tool, *self.tool_names):
             spec = self.arguments(name).get(arg)
             if isinstance(spec, dict) and spec.get(KIND_KEY):
                 return spec[KIND_KEY]

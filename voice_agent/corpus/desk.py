@@ -102,7 +102,7 @@ def _seed_by_create(scenario: Scenario, roles: dict[str, str], handlers: dict[st
             continue
         ident = identity_argument(scenario, tool)
         kinds = _kinds(scenario, tool)
-        target = next((a for a, k in kinds.items() if k == kinds_of_value(scenario, arg)), None)
+        target = next((a for a, k in kinds.items() if k == scenario.kind_of("", arg)), None)
         if ident is None or target is None:
             continue
         for _ in range(6):
@@ -117,10 +117,6 @@ def _seed_by_create(scenario: Scenario, roles: dict[str, str], handlers: dict[st
             if "error" not in handlers[tool](args):
                 return True
     return False
-
-
-def kinds_of_value(scenario: Scenario, arg: str) -> str | None:
-    return scenario.kind_of("", arg)
 
 
 def _kinds(scenario: Scenario, tool: str) -> dict[str, str]:
@@ -174,4 +170,4 @@ def result_of(message: dict) -> dict:
     return out if isinstance(out, dict) else {"result": out}
 
 
-__all__ = ["Desk", "Source", "identity_value", "kinds_of_value", "pack_source", "result_of", "synthetic_source"]
+__all__ = ["Desk", "Source", "identity_value", "pack_source", "result_of", "synthetic_source"]

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from voice_agent.corpus import caller as C
-from voice_agent.corpus.desk import Desk, Source, identity_value, kinds_of_value, result_of
+from voice_agent.corpus.desk import Desk, Source, identity_value, result_of
 from voice_agent.corpus.readback import error_reply, success_reply
 from voice_agent.corpus.roles import identity_argument
 from voice_agent.corpus.values import Value, ValueBank
@@ -69,7 +69,7 @@ def plan_call(source: Source, desk: Desk, bank: ValueBank, rng: random.Random, t
     kinds: dict[str, str] = {}
     wrong = None
     if goal:
-        props = _props(sc, goal)
+        props = sc.arguments(goal)
         for arg in needed_args(sc, goal):
             kind = props[arg].get("x-kind") or "text"
             kinds[arg] = kind
@@ -207,7 +207,7 @@ def _about_result(call: Call, message: dict) -> Act:
     result = result_of(message)
     if "error" in result:
         ident = identity_argument(call.source.scenario, tool)
-        retimes = any(_kind(call, tool, a) in ("date", "time") for a in _props(call.source.scenario, tool))
+        retimes = any(_kind(call, tool, a) in ("date", "time") for a in call.source.scenario.arguments(tool))
         text, why = error_reply(str(result["error"]), ident[0].replace("_", " ") if ident else None, retimes)
         return Act(say=text, why=why, note=f"{tool} error -> say it, {why}")
     text, why = success_reply(result)
@@ -235,7 +235,7 @@ def _decided_note(call: Call, decision, why: str) -> str:
 def _generic_question(call: Call, tool: str, arg: str) -> str:
     """The question for an argument the scenario wrote none for."""
     words = arg.replace("_", " ")
-    spec = _props(call.source.scenario, tool).get(arg) or {}
+    spec = call.source.scenario.arguments(tool).get(arg) or {}
     if spec.get("type") == "boolean":
         return f"Is it {words} now, yes or no?"
     if spec.get("enum"):
@@ -252,8 +252,8 @@ def _note(call: Call, tool: str, have: dict, missing: list[str], nxt: str) -> st
 def _have(call: Call, tool: str) -> dict[str, object]:
     """The tool's arguments the caller has said, in their words (by argument, else by kind)."""
     out = {}
-    by_kind = {call.plan.kinds.get(a) or kinds_of_value(call.source.scenario, a): w for a, w in call.plan.said.items()}
-    for arg in _props(call.source.scenario, tool):
+    by_kind = {call.plan.kinds.get(a) or call.source.scenario.kind_of("", a): w for a, w in call.plan.said.items()}
+    for arg in call.source.scenario.arguments(tool):
         if arg in call.plan.said:
             out[arg] = call.plan.said[arg]
         elif (k := _kind(call, tool, arg)) not in ("enum", "text", "integer") and k in by_kind:
@@ -317,12 +317,12 @@ def request_line(call: Call, rng: random.Random) -> str:
 
 def _give(call: Call, arg: str, rng: random.Random, asked: bool) -> str:
     plan = call.plan
-    kind = plan.kinds.get(arg) or kinds_of_value(call.source.scenario, arg) or "text"
+    kind = plan.kinds.get(arg) or call.source.scenario.kind_of("", arg) or "text"
     value = plan.values[arg]
     if arg == _identity(call) and plan.wrong_id is not None:
         value, plan.wrong_id = plan.wrong_id, None
         plan.values[f"__real_{arg}"] = plan.values[arg]
-    boolean = (_props(call.source.scenario, call.target or plan.goal or "").get(arg) or {}).get("type") == "boolean"
+    boolean = (call.source.scenario.arguments(call.target or plan.goal or "").get(arg) or {}).get("type") == "boolean"
     plan.said[arg] = (value.canonical == "true") if boolean else _as_argument(kind, value)
     return value.words if boolean else C.says(kind, arg, value, rng, asked)
 
@@ -386,7 +386,7 @@ def caller_reply(call: Call, act: Act, rng: random.Random) -> tuple[str, str] | 
         time_arg = next(a for a, k in plan.kinds.items() if k == "time")
         plan.values[time_arg] = new
         plan.said[time_arg] = new.words
-        fix_time = next((a for a in _props(sc, fix) if _kind(call, fix, a) == "time"), None)
+        fix_time = next((a for a in sc.arguments(fix) if _kind(call, fix, a) == "time"), None)
         if fix_time:
             plan.said[fix_time] = new.words
         call.target, plan.done = fix, False
@@ -473,10 +473,6 @@ def _today(call: Call) -> dt.date:
 
 
 # -- shared --------------------------------------------------------------------------------------
-def _props(sc, tool: str) -> dict:
-    return sc.arguments(tool)
-
-
 def _kind(call: Call, tool: str, arg: str) -> str:
     """The argument's kind in `tool`, else in any tool that takes it."""
     return call.source.scenario.kind_of(tool, arg) or "text"
@@ -489,7 +485,7 @@ def needed_args(sc, tool: str) -> list[str]:
 
 def _draw(source: Source, bank: ValueBank, rng: random.Random, today: dt.date, tool: str, arg: str, kind: str) -> Value:
     sc = source.scenario
-    spec = _props(sc, tool).get(arg) or {}
+    spec = sc.arguments(tool).get(arg) or {}
     if spec.get("type") == "boolean":
         yes = rng.random() < 0.5
         return Value("true" if yes else "false", rng.choice(["yes", "yeah it works now"] if yes else ["no", "still not working"]))

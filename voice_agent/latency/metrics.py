@@ -186,6 +186,16 @@ def distribution(values: Iterable[float | None]) -> dict[str, float | int | None
     return out
 
 
+def add_counters(counters: Iterable[dict | None]) -> dict[str, int]:
+    """Integer counters added up key by key (each call's STT or speculation counts); other values skipped."""
+    totals: dict[str, int] = {}
+    for c in counters:
+        for k, v in (c or {}).items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+    return totals
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or ""
     try:

@@ -206,17 +206,16 @@ class EngineLLMService(LLMService):
     async def _run_tools_ahead(self, calls: list[dict]) -> dict[str, Any] | None:
         """A guess's calls, run now when every one is a read-only tool; None (skipped) otherwise."""
         names = [c["function"]["name"] for c in calls]
-        if not all(n in self.read_only_tools and n in self._tool_fns for n in names):
+        try:
+            args = [json.loads(c["function"]["arguments"] or "{}") for c in calls]
+        except ValueError:
+            args = None
+        if args is None or not all(n in self.read_only_tools and n in self._tool_fns for n in names):
             self._count("tools_skipped", len(calls))
             return None
         results = {}
-        for c, name in zip(calls, names, strict=True):
-            try:
-                args = json.loads(c["function"]["arguments"] or "{}")
-            except ValueError:
-                self._count("tools_skipped", len(calls))
-                return None
-            results[c["id"]] = await self._call_tool(name, self._tool_fns[name], args)
+        for c, name, a in zip(calls, names, args, strict=True):
+            results[c["id"]] = await self._call_tool(name, self._tool_fns[name], a)
             self._count("tools_run")
         return results
 
@@ -282,7 +281,6 @@ class EngineLLMService(LLMService):
             await ahead.cancel()
             self._count("tools_wasted", len(ahead.tool_results))
 
-    # -- frames -----------------------------------------------------------------------------
     # -- the filler ----------------------------------------------------------------------------
     def _arm_filler(self) -> None:
         """A tool call is under way: the filler is due at `filler_after_s` after the turn reached

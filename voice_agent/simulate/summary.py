@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from voice_agent.latency.metrics import distribution
+from voice_agent.latency.metrics import add_counters, distribution
 from voice_agent.simulate.grade import speakable_problems
 from voice_agent.simulate.transcript import CallRecord, TurnRecord
 
@@ -79,20 +79,10 @@ def summarize(records: list[CallRecord], reasons: list[list[str]], **extra: Any)
         "first_answer_ms_p95": first["p95"],
         "filler_turn_share": _rate(sum(bool(t.fillers) for r in records for t in r.turns),
                                    sum(len(r.turns) for r in records)),
-        "speculation": _totals([r.speculation for r in records if r.speculation is not None]),
+        "speculation": add_counters(r.speculation for r in records) if any(r.speculation for r in records) else None,
         **extra,
         "per_call": rows,
     }
-
-
-def _totals(dicts: list[dict]) -> dict[str, int] | None:
-    if not dicts:
-        return None
-    out: dict[str, int] = {}
-    for d in dicts:
-        for k, v in d.items():
-            out[k] = out.get(k, 0) + int(v)
-    return out
 
 
 def table_text(summary: dict) -> str:
