@@ -263,18 +263,31 @@ class Engine:
         req.guide = guide
         return req
 
-    def warm(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int:
-        """Prefill a call's fixed prefix (system prompt + tools) into its session before the caller
-        speaks, e.g. while the greeting plays, so the first turn prefills only the caller's words.
-        Returns how many tokens the session cache now holds."""
+    def warm_request(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> Request:
+        """The prefill of a call's fixed prefix (system prompt + tools), cut where the turns' own
+        text begins: only the system part is stable across turns."""
         req = self.prepare(messages, tools=tools, reasoning_effort=reasoning_effort, max_tokens=1, session=session)
         sys_msgs = [m for m in messages if m.get("role") == "system"][:1]
         prefix = self.chat_format.render(sys_msgs, validate_tools(tools), thinking=False) if sys_msgs else ""
-        # Only the system part is stable across turns; the rest will be rendered with the turn.
         n = len(self.tokenizer.encode(prefix, add_special_tokens=False).ids) if prefix else 0
-        n = max(1, min(n - 3, len(req.tokens) - 1))  # stop before the generation header
+        req.tokens = req.tokens[: max(1, min(n - 3, len(req.tokens) - 1))]  # stop before the generation header
+        return req
+
+    def guess_request(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> Request:
+        """The prefill of a turn not yet decided: its prompt but for the last token (which the turn
+        itself prefills, for the logits that start its answer)."""
+        req = self.prepare(messages, tools=tools, reasoning_effort=reasoning_effort, max_tokens=1, session=session)
+        req.tokens = req.tokens[:-1]
+        return req
+
+    def warm(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int:
+        """Prefill a call's fixed prefix (system prompt + tools) into its session before the caller
+        speaks, e.g. while the greeting plays, so the first turn prefills only the caller's words.
+        Returns how many tokens the session cache now holds. (A call's brain submits the same
+        request to the process's scheduler instead: Scheduler.submit_prefill.)"""
+        req = self.warm_request(session, messages, tools, reasoning_effort)
         with session.lock:
-            return self._prefill_only(session, req, n, guess=False)
+            return self._prefill_only(session, req, guess=False)
 
     def prefill_ahead(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> int | None:
         """Speculative prefill: the prompt of a turn not yet decided (the caller's words as heard so
@@ -282,19 +295,18 @@ class Engine:
         token is left to prefill; if not, the longest common prefix is kept and the rest is dropped.
         Returns the cached length, or None when skipped: the session is busy with a turn, or the
         guess would crop what the last turn left in the cache."""
-        req = self.prepare(messages, tools=tools, reasoning_effort=reasoning_effort, max_tokens=1, session=session)
+        req = self.guess_request(session, messages, tools, reasoning_effort)
         if not session.lock.acquire(blocking=False):
             return None
         try:
             if session.would_crop(req.tokens):
                 return None
-            return self._prefill_only(session, req, len(req.tokens) - 1, guess=True)
+            return self._prefill_only(session, req, guess=True)
         finally:
             session.lock.release()
 
-    def _prefill_only(self, session: Session, req: Request, n: int, *, guess: bool) -> int:
-        """Prefill `req`'s first `n` tokens into the session's cache (its lock held) and nothing more."""
-        req.tokens = req.tokens[:n]
+    def _prefill_only(self, session: Session, req: Request, *, guess: bool) -> int:
+        """Prefill `req`'s tokens into the session's cache (its lock held) and nothing more."""
         loop = DecodeLoop(self, session.cache)
         loop.admit([loop.plan(req, prefill_only=True)])
         loop.remove(req)  # prefilled only: the row stays the call's

@@ -265,6 +265,8 @@ class Transformer(nn.Module):
             if out is not None:
                 return out
         h = self.hidden(tokens, positions, mask, cache, slots)
+        if read.numel() == 0:  # a pass that only writes K/V (a row's committed block): the int8 head takes no empty input
+            return torch.zeros((0, self.cfg.vocab_size), dtype=torch.float32, device=h.device)
         return self.lm_head(h.reshape(-1, h.shape[-1])[read]).float()
 
     def forward(self, tokens, positions, mask, cache=None, slots=None, embeds=None) -> torch.Tensor:

@@ -9,11 +9,17 @@ which a thread (`iter_sync`) or an asyncio task (`get`) reads.
 
 A fault stays inside the request that caused it: if a batched prefill or step raises, each request
 is retried alone once so that only the ones that still fail are failed.
+
+Besides turns, it takes prefills without a turn (`submit_prefill`): a call's warm-up and its guesses
+at the coming turn are prefilled into the call's session by this same thread, batched with the
+other calls' work, so one process runs one forward at a time over its weights. A guess gives way:
+it is skipped while turns wait in the queue or its call has a turn of its own under way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import queue
 import threading
@@ -78,6 +84,7 @@ class Ticket:
         self.finished_at: float | None = None
         self.cancelled = False
         self.finished = False
+        self.waits = False  # submitted behind a full batch or a queue: it waits its turn
         self._async_q: asyncio.Queue[Item] | None = asyncio.Queue() if loop is not None else None
         self._sync_q: queue.Queue[Item] | None = None if loop is not None else queue.Queue()
         self._pending: asyncio.Future | None = None
@@ -130,6 +137,31 @@ class Ticket:
         raise RuntimeError("ticket ended without a result")
 
 
+class PrefillTicket(Ticket):
+    """A prefill without a turn into the request's session: a call's warm-up (`guess=False`), or a
+    guess at its coming turn, which may not crop what the last turn left (`guess=True`). `done`
+    holds the session's cached length, or None when it was skipped."""
+
+    def __init__(self, req: Request, guess: bool) -> None:
+        super().__init__(req, None)
+        self.guess = guess
+        self.done: concurrent.futures.Future[int | None] = concurrent.futures.Future()
+
+    def _put(self, item: Item) -> None:
+        if item.kind not in ("done", "error"):
+            return
+        self.finished = True
+        self.finished_at = time.monotonic()
+        if self.done.done():
+            return
+        if item.kind == "done":
+            self.done.set_result(item.result)  # type: ignore[arg-type]
+        elif isinstance(item.error, RequestCancelled | Rejected):
+            self.done.set_result(None)  # given way to turns: skipped, not failed
+        else:
+            self.done.set_exception(item.error)
+
+
 @dataclass
 class SchedulerStats:
     submitted: int = 0
@@ -141,6 +173,8 @@ class SchedulerStats:
     steps: int = 0
     rows_stepped: int = 0
     prefills: int = 0
+    prefills_ahead: int = 0     # warm-ups and guesses prefilled without a turn (submit_prefill)
+    prefills_skipped: int = 0   # guesses that gave way to turns, or would crop the last turn's prompt
     prefix_hits: int = 0
     prefix_tokens_reused: int = 0
     step_fallbacks: int = 0
@@ -217,10 +251,43 @@ class Scheduler:
                 raise QueueFull(
                     f"server busy: {len(self.active)} requests decoding and {waiting} queued "
                     f"(limit {self.max_queue}); retry later", retry_after=self.retry_after())
+            ticket.waits = free_rows == 0 or any(not isinstance(t, PrefillTicket) for t in self.queue)
             self.queue.append(ticket)
             self.stats.submitted += 1
             self._cv.notify_all()
         return ticket
+
+    def submit_prefill(self, req: Request, *, guess: bool) -> concurrent.futures.Future[int | None]:
+        """Queue a prefill of `req`'s tokens into its session, with no turn (Engine.warm_request,
+        Engine.guess_request). The future holds the session's cached length, or None if skipped:
+        a guess is, while turns wait or its own call has a turn under way."""
+        ticket = PrefillTicket(req, guess)
+        with self._cv:
+            if guess and (self._stop or self.backlogged_locked() or self._turn_of(req.session)):
+                self.stats.prefills_skipped += 1
+                ticket.done.set_result(None)
+                return ticket.done
+            if self._stop:
+                ticket.done.set_exception(Rejected("the scheduler is shutting down", retry_after=5))
+                return ticket.done
+            self.queue.append(ticket)
+            self._cv.notify_all()
+        return ticket.done
+
+    @property
+    def backlogged(self) -> bool:
+        """Turns are waiting for a row: work that is only a guess should give way."""
+        with self._cv:
+            return self.backlogged_locked()
+
+    def backlogged_locked(self) -> bool:
+        return any(not isinstance(t, PrefillTicket) for t in self.queue)
+
+    def _turn_of(self, session) -> bool:
+        """Has `session` a turn queued or decoding?"""
+        return session is not None and any(
+            t.req.session is session and not isinstance(t, PrefillTicket)
+            for t in (*self.queue, *tuple(self._tickets.values())))
 
     def retry_after(self) -> int:
         """Seconds until a slot is likely free: a rough guess from the step time and queue depth."""
@@ -247,6 +314,8 @@ class Scheduler:
                 "mean_batch": round(s.rows_stepped / s.steps, 3) if s.steps else 0.0,
                 "batch_hist": dict(sorted(s.batch_hist.items())),
                 "prefills": s.prefills,
+                "prefills_ahead": s.prefills_ahead,
+                "prefills_skipped": s.prefills_skipped,
                 "prefix_hits": s.prefix_hits,
                 "prefix_tokens_reused": s.prefix_tokens_reused,
                 "step_fallbacks": s.step_fallbacks,
@@ -352,8 +421,14 @@ class Scheduler:
                         continue
                     self._busy_sessions.add(id(s))
                 self.queue.remove(t)
+                prefill = isinstance(t, PrefillTicket)
+                if prefill and t.guess and s.would_crop(t.req.tokens):
+                    self._release_session(t)
+                    self.stats.prefills_skipped += 1
+                    t._put(Item("done", result=None))
+                    continue
                 try:
-                    plan = self.loop.plan(t.req)
+                    plan = self.loop.plan(t.req, prefill_only=prefill)
                 except Exception as e:
                     self._release_session(t)
                     self._fail(t, e)
@@ -387,6 +462,25 @@ class Scheduler:
             t = self._tickets[id(a.req)]
             t.admitted_at = time.monotonic()
             t._put(Item("admitted"))
+        for a in admitted:
+            t = self._tickets[id(a.req)]
+            if isinstance(t, PrefillTicket):
+                self._finish_prefill(t)
+
+    def _finish_prefill(self, t: PrefillTicket) -> None:
+        """A prefill without a turn is done once admitted: its row goes back to the session."""
+        sess = t.req.session
+        try:
+            self.cache.extract_row(t.req.state.row, sess.cache)
+            held = sess.hold(t.req.tokens, guess=t.guess)
+        except Exception as e:
+            self._remove(t, e)
+            return
+        self.loop.remove(t.req)
+        self._tickets.pop(id(t.req), None)
+        self._release_session(t)
+        self.stats.prefills_ahead += 1
+        t._put(Item("done", result=held))  # type: ignore[arg-type]
 
     # -- decoding --------------------------------------------------------------------------------
     def _step(self) -> None:
@@ -428,13 +522,29 @@ class Scheduler:
         with self._cv:
             self._cv.notify_all()
         self.stats.completed += 1
+        if t.admitted_at is not None:  # time behind other requests, counted in every turn's metrics
+            result.metrics["queue_wait_ms"] = round((t.admitted_at - t.created) * 1000, 1)
         t._put(Item("done", result=result))
 
     def _drop_cancelled(self) -> None:
         for t in list(self.active):
             if t.cancelled:
                 self.stats.cancelled += 1
+                self._keep_partial(t)
                 self._remove(t, RequestCancelled("cancelled"), count=False)
+
+    def _keep_partial(self, t: Ticket) -> None:
+        """A call's turn stopped before its end (a barge-in): its row goes back to the call's cache
+        and the session records what it holds, so the next turn reuses the prompt and what was
+        said of the answer, as a turn decoded over the call's own cache does (Request.abandon)."""
+        sess = t.req.session
+        if sess is None or t.req.state is None or sess.cache is self.cache:
+            return
+        try:
+            self.cache.extract_row(t.req.state.row, sess.cache)
+            t.req.abandon()
+        except Exception:  # the call's cache is in doubt: its next turn prefills from scratch
+            sess.reset()
 
     def _remove(self, t: Ticket, error: BaseException | None = None, count: bool = True) -> None:
         """Take `t` out of the batch (the loop keeps its rows contiguous)."""

@@ -137,16 +137,16 @@ async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_eng
 
 async def test_engine_error_is_an_error_frame_and_the_next_turn_works(base_engine, monkeypatch):
     llm = make_llm(base_engine, reasoning_effort="low", max_tokens=8)
-    real_stream = base_engine.stream
+    real_prepare = base_engine.prepare
     calls = {"n": 0}
 
-    def flaky_stream(messages, **kw):  # fault injection: the engine dies in the first turn only
+    def flaky_prepare(messages, **kw):  # fault injection: the engine dies in the first turn only
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("simulated engine crash")
-        return real_stream(messages, **kw)
+        return real_prepare(messages, **kw)
 
-    monkeypatch.setattr(base_engine, "stream", flaky_stream)
+    monkeypatch.setattr(base_engine, "prepare", flaky_prepare)
     too_long = LLMContext([{"role": "user", "content": "tooth " * 5000}])  # a real EngineInputError
     ok = LLMContext([{"role": "user", "content": "Hello."}])
     down, up = await run_test(llm, frames_to_send=[

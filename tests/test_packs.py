@@ -15,6 +15,7 @@ import pytest
 
 from engine.api import ChatResult, StreamEvent
 from tests.library_pack import write_library_pack
+from tests.scripted_brain import ScriptedBrain
 from voice_agent.packs import Backend, ToolError, bind_tools
 from voice_agent.packs.state_match import state_mismatches
 from voice_agent.packs.webhook import APOLOGY
@@ -192,7 +193,7 @@ async def test_simulate_runs_a_pack_from_outside_and_grades_it_by_its_snapshot(t
     folder = write_library_pack(tmp_path / "library")
     scenario = load_scenario(folder)
     calls = load_callfile(folder / "callers" / "calls.yaml")
-    record = await run_call(calls.calls[0], scenario, LibraryEngine(), calls.today, RunOptions(), db_dir=tmp_path)
+    record = await run_call(calls.calls[0], scenario, ScriptedBrain(LibraryEngine()), calls.today, RunOptions(), db_dir=tmp_path)
     assert record.error is None and grade(calls.calls[0], record) == []
     assert record.state["members"]["4471"][0]["due"] == "2026-12-17"
 
@@ -256,7 +257,7 @@ async def test_a_failing_webhook_is_an_apology_the_call_goes_on_and_the_report_n
     _Hook.mode = mode
     call = parse_callfile({"today": "2026-12-01", "calls": [
         {"id": "renew", "caller": ["please renew Dune, card four four seven one", "thanks bye"]}]}).calls[0]
-    record = await run_call(call, hook_pack, LibraryEngine(), TODAY, RunOptions(), db_dir=tmp_path)
+    record = await run_call(call, hook_pack, ScriptedBrain(LibraryEngine()), TODAY, RunOptions(), db_dir=tmp_path)
     assert record.error is None and len(record.turns) == 2            # the call went on
     (tool,) = record.turns[0].tool_calls
     assert tool.result["error"] == APOLOGY and named in tool.result["webhook_failure"]
@@ -356,6 +357,6 @@ def test_the_garage_pack_books_moves_and_cancels_by_plate(tmp_path):
 async def test_a_setup_the_backend_refuses_fails_that_call_with_its_reason(tmp_path):
     call = parse_callfile({"today": "2026-12-01", "calls": [
         {"id": "bad", "setup": {"rooms": 3}, "caller": ["hello"]}]}).calls[0]
-    record = await run_call(call, load_scenario("dental_clinic"), LibraryEngine(), TODAY, RunOptions(), db_dir=tmp_path)
+    record = await run_call(call, load_scenario("dental_clinic"), ScriptedBrain(LibraryEngine()), TODAY, RunOptions(), db_dir=tmp_path)
     assert record.error.startswith("setup:") and "rooms" in record.error and not record.turns
     assert grade(call, record) and "setup" in grade(call, record)[0]

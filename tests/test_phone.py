@@ -189,7 +189,7 @@ def phone_server(base_engine, tmp_path_factory):
     options = PipelineOptions(reasoning_effort="instant", max_tokens=20, store=store)
     clocks: list[FrameClock] = []
     server = PhoneServer(engine=base_engine, scenario=load_scenario("dental_clinic"), options=options,
-                         observers_factory=lambda: [clocks.append(FrameClock()) or clocks[-1]])
+                         observers_factory=lambda _start: [clocks.append(FrameClock()) or clocks[-1]])
     server.clocks = clocks
     port = free_port()
     uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))

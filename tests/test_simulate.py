@@ -23,6 +23,7 @@ import pytest
 
 from engine.api import ChatResult, StreamEvent
 from tests.dental_pack import ClinicDB
+from tests.scripted_brain import ScriptedBrain
 from voice_agent.cli import main as cli_main
 from voice_agent.scenarios import load_scenario
 from voice_agent.simulate.callfile import CallFileError, load_callfile, loads_callfile, parse_callfile
@@ -306,7 +307,7 @@ async def test_a_tool_round_runs_through_pipecat_and_the_turn_ends_after_its_ans
                       setup=call.setup,
                       expect=call.expect)
     engine = ScriptedEngine()
-    record = await run_call(call, SCENARIO, engine, TODAY, RunOptions(filler_after_s=0.0), db_dir=tmp_path)
+    record = await run_call(call, SCENARIO, ScriptedBrain(engine), TODAY, RunOptions(filler_after_s=0.0), db_dir=tmp_path)
 
     assert record.error is None
     first, second = record.turns
@@ -365,7 +366,7 @@ async def test_heard_early_a_read_only_search_runs_ahead_and_the_booking_waits_f
     call = type(call)(id=call.id, caller=("please book me a cleaning on 2026-12-08 the name is jordan lee", "ok great"),
                       setup=call.setup, expect=call.expect)
     engine = ScriptedEngine()
-    record = await run_call(call, SCENARIO, engine, TODAY, RunOptions(hear_early_s=0.2, filler_after_s=5.0),
+    record = await run_call(call, SCENARIO, ScriptedBrain(engine), TODAY, RunOptions(hear_early_s=0.2, filler_after_s=5.0),
                             db_dir=tmp_path)
 
     assert record.error is None

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "work with replay reports: `report diff OLD.json NEW.json` gates regressions"),
     "mic": ("mic", "talk to the agent with your microphone and speakers; prints a latency line per turn"),
     "phone": ("phone", "serve a Twilio/Telnyx media-stream websocket at ws://HOST:PORT/ws for phone calls"),
+    "callload": ("callload", "place N concurrent phone calls against the phone app; per-N latency and the capacity"),
     "room": ("room", "join a LiveKit room with Pipecat's LiveKit transport"),
     "livekit-worker": ("livekit_worker", "run a LiveKit Agents worker: SIP calls in rooms get an AgentSession on our engine"),
     "serve": ("serve", "serve the engine over an OpenAI-compatible HTTP API with continuous batching"),

@@ -25,6 +25,12 @@ TTS_BACKENDS = ("hibari", "piper", "coqui")
 # (voice_agent/services/clause.py). Measured on the sample call (2 vCPUs, quiet machine, back to back):
 # 8 words: e2e p50 2,563 ms, longest pause inside a reply p50 50 / max 280 ms; 4 words: 1,765 ms, 300 / 460 ms.
 FIRST_CLAUSE_WORDS = 4
+# Concurrent calls one `voice-agent phone` process takes before a new caller hears the pack's
+# busy message: the largest N whose e2e p95 stayed within 800 ms and whose budget pass rate stayed
+# at or above 90% on `voice-agent callload` (docs/benchmarks.md, "Concurrent calls").
+CALL_CAPACITY = 4
+# The media-stream `mark` a refused caller's socket gets after the busy message (Twilio's mark event).
+BUSY_MARK = "lines-busy"
 
 T = TypeVar("T", bound="CallOptions")
 

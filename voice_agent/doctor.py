@@ -280,9 +280,18 @@ def check_versions() -> list[Check]:
     return out
 
 
+def check_call_capacity() -> Check:
+    """The concurrent calls a phone process takes before callers hear the busy message."""
+    from voice_agent.config import CALL_CAPACITY
+
+    return Check("call capacity", "ok", f"{CALL_CAPACITY} concurrent calls per `voice-agent phone` process "
+                 f"(measured with `voice-agent callload` on 2 cores; `phone --max-calls N` sets it; "
+                 f"{os.cpu_count()} cores here)")
+
+
 SECTIONS: dict[str, Callable[[], Check | list[Check]]] = {
     "models": lambda: [*check_base_weights(), check_adapter(), *check_stt(), check_tts(), *check_vad()],
-    "cpu": lambda: [*check_precision(), check_narrow_threads()],
+    "cpu": lambda: [*check_precision(), check_narrow_threads(), check_call_capacity()],
     "audio": check_audio_devices,
     "ports": check_ports,
     "livekit": check_livekit,

@@ -30,3 +30,37 @@ def shared_engine(model: str = "default", **load_kwargs: Any) -> Any:
 
             _engines[key] = Engine.load(model, **kwargs)
         return _engines[key]
+
+
+# Calls' turns wait this long at most for a row before the caller hears the apology: past it the
+# machine is over its capacity, and a person would rather hear "sorry" than silence.
+CALL_QUEUE_TIMEOUT_S = 6.0
+CALL_MAX_BATCH = 8
+
+_schedulers: dict[int, tuple[Any, Any]] = {}  # id(engine) -> (engine, its scheduler)
+
+
+def call_scheduler(engine: Any) -> Any:
+    """The one continuous-batching scheduler of `engine` in this process (started on first use):
+    every in-process call submits its turns, warm-ups and guesses to it, so the process runs one
+    batched forward at a time over the weights instead of one decode per call fighting for cores."""
+    with _lock:
+        held = _schedulers.get(id(engine))
+        if held is None or held[0] is not engine:
+            from engine.scheduler import Scheduler
+
+            # No prefix shared between calls: each call warms its own cache while its greeting plays,
+            # and a turn's tokens then never depend on which call happened to come first (a prefix
+            # prefilled in other chunks differs in the last bits, enough to flip a greedy token).
+            sched = Scheduler(engine, max_batch=CALL_MAX_BATCH, max_queue=64, queue_timeout_s=CALL_QUEUE_TIMEOUT_S,
+                              prefix_entries=0).start()
+            held = _schedulers[id(engine)] = (engine, sched)
+        return held[1]
+
+
+def share_scheduler(stand_in: Any, engine: Any) -> None:
+    """Calls on `stand_in` (an object that acts for `engine`, e.g. a soak's fault injector) use
+    `engine`'s scheduler."""
+    sched = call_scheduler(engine)
+    with _lock:
+        _schedulers[id(stand_in)] = (stand_in, sched)

@@ -31,6 +31,8 @@ _TODAY_RE = re.compile(r"\nToday is \w+, (\d{4}-\d{2}-\d{2})\.")
 SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 PACK_FILE = "scenario.yaml"
 DEFAULT_SCENARIO = "dental_clinic"
+# What a caller hears when every line is taken (a pack's `busy_message` replaces it).
+DEFAULT_BUSY_MESSAGE = "Sorry, all our lines are busy right now. Please call back in a few minutes. Goodbye."
 
 ToolHandler = Callable[[dict], dict]
 
@@ -81,6 +83,8 @@ class Scenario:
     fact_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     greeting_reply: str = ""  # said to a caller who only greets ("Good morning."; policy/greeting.py)
     goodbye_reply: str = ""  # said to a caller who only closes ("that's all I needed"; policy/closing.py)
+    # said to a caller who rings while every line is taken (the machine's call capacity), who is then hung up on
+    busy_message: str = DEFAULT_BUSY_MESSAGE
     folder: Path | None = None        # the pack's folder: backend.py, callers/
     backend: str | None = None        # "Class" in the pack's backend.py, "file.py:Class" or "package.module:Class"
     webhook: dict | None = None       # {url, timeout_s, retries, headers}: tools over HTTP instead
@@ -215,11 +219,12 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
     effort = data.get("reasoning_effort", "low")
     if effort not in EFFORT_NAMES:
         raise ScenarioError(f"{where}: reasoning_effort must be one of {', '.join(EFFORT_NAMES)}; got {effort!r}")
-    for key in ("greeting", "filler", "description", "greeting_reply", "goodbye_reply"):
+    for key in ("greeting", "filler", "description", "greeting_reply", "goodbye_reply", "busy_message"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ScenarioError(f"{where}: '{key}' must be a string")
     known = {"name", "description", "system_prompt", "tools", "greeting", "filler", "reasoning_effort", "ask", "instead",
-             "intents", "fact_questions", "greeting_reply", "goodbye_reply", "backend", "webhook", "opening_hours"}
+             "intents", "fact_questions", "greeting_reply", "goodbye_reply", "busy_message", "backend", "webhook",
+             "opening_hours"}
     tools = _parse_tools(data.get("tools") or [], where)
     backend, webhook = data.get("backend"), data.get("webhook")
     if backend is not None and (not isinstance(backend, str) or not backend.strip()):
@@ -247,6 +252,7 @@ def parse_scenario(data: Any, source: Path | None = None) -> Scenario:
         filler=data.get("filler") or "",
         greeting_reply=data.get("greeting_reply") or "",
         goodbye_reply=data.get("goodbye_reply") or "",
+        busy_message=data.get("busy_message") or DEFAULT_BUSY_MESSAGE,
         reasoning_effort=effort,
         source=source,
         extra={k: v for k, v in data.items() if k not in known},

@@ -1,12 +1,11 @@
-"""`EngineBrain`: the in-process engine behind a call. The blocking `engine.stream()` runs in a
-worker thread and hands its events to asyncio as each block commits; one engine Session per call
-keeps the KV cache between turns."""
+"""`EngineBrain`: the in-process engine behind a call. Its turns are requests to the process's one
+continuous-batching scheduler (engine/scheduler.py), whose thread hands each block's events to
+asyncio as it commits; one engine Session per call keeps the KV cache between turns."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -16,8 +15,7 @@ from loguru import logger
 
 from voice_agent.brain.base import Brain
 from voice_agent.brain.types import BrainError, TurnEvent, TurnResult
-
-_DONE = object()
+from voice_agent.engine_host import call_scheduler
 
 
 @dataclass
@@ -45,10 +43,14 @@ class SpeculationStats:
 
 
 class EngineBrain(Brain):
-    def __init__(self, engine: Any, session: Any = None) -> None:
+    """A call's brain on the process's engine. Its turns, its warm-up and its guesses go to the
+    engine's one scheduler (`call_scheduler`), batched with every other call's."""
+
+    def __init__(self, engine: Any, session: Any = None, scheduler: Any = None) -> None:
         super().__init__()
         self.engine = engine
         self.session = session if session is not None else engine.session()
+        self.scheduler = scheduler if scheduler is not None else call_scheduler(engine)
         self._warming: concurrent.futures.Future | None = None
         self.warm_tokens = 0  # what the warm prefill put into the session cache
         self.warm_ms: float | None = None
@@ -60,56 +62,65 @@ class EngineBrain(Brain):
         return self.engine.model_name
 
     def warm(self, messages: list[dict], **params: Any) -> None:
-        if self._warming is not None or getattr(self.session, "tokens", None) or not hasattr(self.engine, "warm"):
+        if self._warming is not None or getattr(self.session, "tokens", None) or not hasattr(self.engine, "warm_request"):
             return  # once per call, never over turns already cached, and only where there is a cache
+        t0 = time.perf_counter()
 
-        def work() -> int:
-            t0 = time.perf_counter()
-            self.warm_tokens = self.engine.warm(self.session, messages, **_prefill_params(params))
+        def warmed(held: int | None) -> None:
+            self.warm_tokens = held or 0
             self.warm_ms = (time.perf_counter() - t0) * 1000
             logger.debug(f"{self.model_name}: warm prefill of {self.warm_tokens} tokens in {self.warm_ms:.0f} ms")
-            return self.warm_tokens
 
-        self._warming = self._background("warm prefill", work)  # a failure costs the first turn its prefill
+        # A failure costs the first turn its prefill, nothing more.
+        self._warming = self._prefill("warm prefill", lambda: self.engine.warm_request(
+            self.session, messages, **_prefill_params(params)), guess=False, then=warmed)
 
     async def warmed(self) -> None:
         if self._warming is not None:
             await asyncio.shield(asyncio.wrap_future(self._warming))
 
     def _prefill_ahead(self, messages: list[dict], params: dict) -> None:
-        if not hasattr(self.engine, "prefill_ahead"):
+        if not hasattr(self.engine, "guess_request"):
             return
         guess = [dict(m) for m in messages]
-        before = self._guess[1] if self._guess is not None else None
 
-        def work() -> int | None:
-            if before is not None:
-                before.result()  # a guess extends the one before it (the turn's first words)
-            held = self.engine.prefill_ahead(self.session, guess, **_prefill_params(params))
+        def counted(held: int | None) -> None:
             if held is None:
                 self.speculation.skipped += 1
             else:
                 self.speculation.started += 1
-            return held
 
-        # The latest guess is the one the turn is judged against; a failed one costs nothing but itself.
-        self._guess = (guess, self._background("speculative prefill", work))
+        # The latest guess is the one the turn is judged against; it extends the one before it (the
+        # scheduler prefills a call's requests in order). A failed one costs nothing but itself.
+        self._guess = (guess, self._prefill("speculative prefill", lambda: self.engine.guess_request(
+            self.session, guess, **_prefill_params(params)), guess=True, then=counted))
 
-    def _background(self, what: str, fn: Any) -> concurrent.futures.Future:
-        """Run `fn` in a worker thread; its future holds the result, or None if it raised (logged)."""
-        done: concurrent.futures.Future = concurrent.futures.Future()
+    def _prefill(self, what: str, make: Any, *, guess: bool, then: Any) -> concurrent.futures.Future:
+        """Submit a prefill without a turn; the returned future holds the cached length, or None if
+        it was skipped or failed (logged). `then` sees that value first."""
+        out: concurrent.futures.Future = concurrent.futures.Future()
 
-        def run() -> None:
-            result = None
+        def settle(held: int | None) -> None:
             try:
-                result = fn()
-            except Exception as e:
-                logger.warning(f"{self.model_name}: {what} failed ({type(e).__name__}: {e})")
+                then(held)
             finally:
-                done.set_result(result)
+                out.set_result(held)
 
-        threading.Thread(target=run, name=f"{what.replace(' ', '-')}-{self.model_name}", daemon=True).start()
-        return done
+        try:
+            done = self.scheduler.submit_prefill(make(), guess=guess)
+        except Exception as e:
+            logger.warning(f"{self.model_name}: {what} failed ({type(e).__name__}: {e})")
+            settle(None)
+            return out
+
+        def finished(f: concurrent.futures.Future) -> None:
+            e = f.exception()
+            if e is not None:
+                logger.warning(f"{self.model_name}: {what} failed ({type(e).__name__}: {e})")
+            settle(None if e is not None else f.result())
+
+        done.add_done_callback(finished)
+        return out
 
     async def _settle_guess(self, messages: list[dict]) -> None:
         """The turn is decided: was the last guess at it right? (A guess still prefilling holds
@@ -124,48 +135,42 @@ class EngineBrain(Brain):
         else:
             self.speculation.wasted += 1
 
+    @property
+    def backlogged(self) -> bool:
+        """Turns of this process are waiting for the engine: guesses should give way."""
+        return bool(self.scheduler.backlogged)
+
     async def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
         await self.warmed()  # the session is busy until then
         await self._settle_guess(messages)
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        stop = threading.Event()
-
-        def put(item: object) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is gone (pipeline torn down): nobody listens, stop decoding
-                stop.set()
-
-        def work() -> None:
-            try:
-                # `stop` ends the decode after its current pass, also inside a tool call (which
-                # streams nothing, so the check below alone could let it run on for a second).
-                # call_progress: a call's arguments as they are written (Brain._ask_early).
-                gen = self.engine.stream(messages, session=self.session, stop=stop, call_progress=True, **params)
-                try:
-                    for ev in gen:
-                        if stop.is_set():
-                            # Barge-in: stop at this committed block. Closing the generator makes
-                            # the engine record what the cache holds (Request.abandon), so the next
-                            # turn reuses it; the cache is kept, not reset.
-                            break
-                        put(ev)
-                finally:
-                    gen.close()  # releases the session lock
-            except Exception as e:  # handed to the event loop, which raises it as a BrainError
-                put(e)
-            finally:
-                put(_DONE)
-
-        threading.Thread(target=work, name=f"engine-{self.model_name}", daemon=True).start()
         try:
-            while (item := await queue.get()) is not _DONE:
-                if isinstance(item, Exception):
-                    raise engine_error(item)
-                yield _event(item)
+            req = self.engine.prepare(messages, session=self.session, call_progress=True, **params)
+        except Exception as e:
+            raise engine_error(e) from None
+        if not req.call_announced:  # a forced call is known before its prompt is prefilled: say so now
+            req.call_announced = True
+            yield TurnEvent("tool_call", "", req._ms())
+        try:
+            ticket = self.scheduler.submit(req, asyncio.get_running_loop())
+        except Exception as e:
+            raise engine_error(e) from None
+        if ticket.waits:
+            yield TurnEvent("queued", "", req._ms())  # behind other calls' turns: the answer will be late
+        try:
+            while True:
+                item = await ticket.get()
+                if item.kind == "event":
+                    yield _event(item.event)
+                elif item.kind == "done":
+                    yield TurnEvent("done", "", req._ms(), _result(item.result))
+                    return
+                elif item.kind == "error":
+                    raise engine_error(item.error)
         finally:
-            stop.set()
+            # Barge-in, or the pipeline torn down: the scheduler drops the row before its next step.
+            # The call's cache keeps what it held before this turn; the next turn reuses its prefix.
+            if not ticket.finished:
+                ticket.cancel()
 
 
 def _prefill_params(params: dict) -> dict:
@@ -173,11 +178,15 @@ def _prefill_params(params: dict) -> dict:
     return {k: params[k] for k in ("tools", "reasoning_effort") if params.get(k) is not None}
 
 
-def engine_error(e: Exception) -> BrainError:
+def engine_error(e: BaseException) -> BrainError:
     """The engine's exception as a BrainError, decided on the engine's `code`."""
     if isinstance(e, BrainError):
         return e
     from engine import EngineInputError
+    from engine.scheduler import Rejected
+
+    if isinstance(e, Rejected):
+        return BrainError(BrainError.OVERLOADED, str(e))
 
     if isinstance(e, EngineInputError):
         code = BrainError.CONTEXT_TOO_LONG if e.code == BrainError.CONTEXT_TOO_LONG else BrainError.INVALID_REQUEST
@@ -186,8 +195,10 @@ def engine_error(e: Exception) -> BrainError:
 
 
 def _event(ev: Any) -> TurnEvent:
-    r = ev.result
-    result = None if r is None else TurnResult(
+    return TurnEvent(ev.type, ev.text, ev.t_ms, _result(ev.result))
+
+
+def _result(r: Any) -> TurnResult | None:
+    return None if r is None else TurnResult(
         text=r.text, reasoning=r.reasoning, tool_calls=list(r.tool_calls), tool_errors=list(r.tool_errors),
         finish_reason=r.finish_reason, metrics=dict(r.metrics))
-    return TurnEvent(ev.type, ev.text, ev.t_ms, result)

@@ -20,7 +20,7 @@ class TurnResult:
 
 @dataclass
 class TurnEvent:
-    type: str                 # "reasoning" | "answer" | "done"
+    type: str  # "reasoning" | "answer" | "tool_call" | "tool_args" | "queued" (behind other calls) | "done"
     text: str = ""
     t_ms: float = 0.0         # since the turn started
     result: TurnResult | None = None  # on "done"
@@ -37,6 +37,7 @@ class BrainError(Exception):
     SERVER_ERROR = "llm_server_error"        # the server answered with an error
     BAD_RESPONSE = "llm_bad_response"        # the server answered something that is not a chat stream
     ENGINE_ERROR = "engine_error"            # the in-process engine failed
+    OVERLOADED = "engine_overloaded"         # the turn waited past its limit behind other calls' turns
 
     def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
         super().__init__(message)

@@ -3,8 +3,10 @@
 Point a Twilio <Stream> (or a Telnyx media stream, --provider telnyx) at this URL through a
 tunnel or your own edge. It speaks the Twilio Media Streams protocol: `connected`, `start`,
 `media` (base64 8 kHz mu-law) and `stop` events in, `media` and `clear` events out. Every
-connection is one call with its own engine session; the engine is loaded once. GET /health
-reports the number of active calls. Auto hang-up via the provider's REST API is off (no outbound
+connection is one call with its own engine session; the engine is loaded once, and every call's
+turns are batched by its one scheduler. Past --max-calls, a new caller hears the scenario's busy
+message and is hung up on, so the calls already connected keep their latency. GET /health
+reports the active calls and the limit. Auto hang-up via the provider's REST API is off (no outbound
 network): the provider ends the call when the websocket closes.
 """
 
@@ -31,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765, help="TCP port")
     parser.add_argument("--provider", choices=["twilio", "telnyx"], default="twilio",
                         help="media-stream protocol and serializer")
+    from voice_agent.config import CALL_CAPACITY, positive_int
+
+    parser.add_argument("--max-calls", type=positive_int, default=CALL_CAPACITY, metavar="N",
+                        help="calls taken at once; a caller past them hears the scenario's busy message and is "
+                             "hung up on, so the calls already connected keep their latency (measured capacity "
+                             "of a 2-core machine: `voice-agent callload`)")
     add_call_arguments(parser)
 
 
@@ -60,9 +68,10 @@ def run(args: argparse.Namespace) -> int:
     scenario.open_backend(options.store).close()  # the store is made (and seeded) before the first caller
     if options.tts == "hibari":
         load_hibari()
-    app = create_app(PhoneServer(engine=engine, scenario=scenario, options=options, provider=args.provider))
+    app = create_app(PhoneServer(engine=engine, scenario=scenario, options=options, provider=args.provider,
+                                 max_calls=args.max_calls))
     model = f"LLM server {options.llm_url}" if engine is None else f"model {engine.model_name}"
     print(f"voice-agent phone: {args.provider} media streams on ws://{args.host}:{args.port}/ws "
-          f"(scenario {scenario.name}, {model})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws="websockets")
+          f"(scenario {scenario.name}, {model}, at most {args.max_calls} calls at once)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws="websockets-sansio")
     return 0

@@ -1,7 +1,7 @@
 """The call's brain as a Pipecat LLMService: streaming, one brain (and engine Session) per call.
 
-The brain is the in-process engine (`EngineBrain`: `engine.stream()` in a worker thread, the KV
-cache kept between turns and on barge-in) or an OpenAI-compatible server (`RemoteBrain`, for
+The brain is the in-process engine (`EngineBrain`: turns batched with every other call's by the
+process's one scheduler, the KV cache kept between turns) or an OpenAI-compatible server (`RemoteBrain`, for
 `--llm-url`); voice_agent/brain owns streaming, cancellation, trimming and sessions for both.
 
 For every LLMContextFrame:
@@ -11,14 +11,15 @@ For every LLMContextFrame:
   logged: it is never pushed, so it is never spoken;
 - tool calls become `FunctionCallFromLLM`s for `run_function_calls()`; the handlers registered
   with `register_tool()` run in a thread. The scenario's filler phrase is spoken (TTSSpeakFrame)
-  only when the answer is late: a tool call is under way and no answer text has come
-  `filler_after_s` after the caller's turn reached the LLM. Once per caller turn at most; a turn
-  that answers (or asks) without a tool never gets one;
+  only when the answer is late: a tool call is under way, or the turn waits behind other calls'
+  turns, and no answer text has come `filler_after_s` after the caller's turn reached the LLM.
+  Once per caller turn at most; a turn that answers (or asks) at once never gets one;
 - the engine's per-turn metrics (ttft_ms, ttfat_ms, prefill_ms, tokens_per_forward, ...) are kept
   in `last_metrics`, pushed downstream as an `EngineMetricsFrame`, and passed to the
   "on_engine_metrics" event; Pipecat's own TTFB/TTFAT/processing/usage metrics are emitted too;
-- an LLM error (engine failure, server down or answering garbage) costs one turn, not the call:
-  a non-fatal ErrorFrame goes upstream and the caller hears a short apology.
+- an LLM error (engine failure, server down or answering garbage, a turn that waited past its limit
+  on an overloaded machine) costs one turn, not the call: a non-fatal ErrorFrame goes upstream
+  and the caller hears a short apology.
 """
 
 from __future__ import annotations
@@ -258,6 +259,9 @@ class EngineLLMService(LLMService):
         (`heard`, joined as the user aggregator joins them) end it; with `decode_ahead`, decode that
         turn too, held until the turn is decided (`_stream` takes it when the turn is this guess)."""
         messages, tools, choice = await self._request(context, heard=heard)
+        if self.decode_ahead and getattr(self.brain, "backlogged", False):
+            self._count("skipped")  # other calls' turns wait for the engine: a guess must not delay them
+            return
         if not self.decode_ahead:
             self.brain.prefill_ahead(messages, tools=tools, reasoning_effort=self.reasoning_effort)
             return
@@ -422,9 +426,9 @@ class EngineLLMService(LLMService):
         if item.type in ("reasoning", "answer") and first:
             first = False
             await self.stop_ttfb_metrics()
-        if item.type == "tool_call" and not answered:
-            # Decoding the call and answering from its result take a while: the filler is due if the
-            # answer is late.
+        if item.type in ("tool_call", "queued") and not answered:
+            # Decoding the call and answering from its result take a while, as does a turn waiting
+            # behind other calls' turns: the filler is due if the answer is late.
             self._arm_filler()
         elif item.type == "answer" and item.text:
             text = speakable.feed(item.text)

@@ -15,8 +15,10 @@ makes no outbound network calls (the provider ends the call when the websocket c
 from __future__ import annotations
 
 import asyncio
+import audioop
 import base64
 import binascii
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +32,7 @@ from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams
 from pipecat.workers.runner import WorkerRunner
 
-from voice_agent.config import CallOptions
+from voice_agent.config import BUSY_MARK, CALL_CAPACITY, CallOptions
 from voice_agent.pipeline import build_pipeline, phone_options
 from voice_agent.scenarios import EFFORT_NAMES, Scenario
 from voice_agent.transports.phone_output import PhoneWebsocketTransport
@@ -142,11 +144,27 @@ class PhoneServer:
     scenario: Scenario
     options: CallOptions
     provider: str = "twilio"
-    observers_factory: Any = None  # () -> list of observers for a new call (tests, reports)
+    # Calls taken at once; past it a new caller hears the pack's busy message and is hung up on,
+    # so the calls already connected keep their budget. None: no limit.
+    max_calls: int | None = CALL_CAPACITY
+    observers_factory: Any = None  # (CallStart) -> list of observers for a new call (load runs, tests)
+    backend_factory: Any = None    # (CallStart) -> the call's backend; None: the scenario's on options.store
     active_calls: int = 0
     calls_total: int = 0
     calls_failed: int = 0
+    calls_busy: int = 0   # callers who heard the busy message
     last_call: Any = None  # the CallPipeline of the latest call (for tests and diagnostics)
+    _busy_audio: bytes | None = None
+
+    @property
+    def lines_free(self) -> bool:
+        return self.max_calls is None or self.active_calls < self.max_calls
+
+    async def busy_audio(self) -> bytes:
+        """The busy message as 8 kHz 16-bit PCM, synthesized once per process."""
+        if self._busy_audio is None:
+            self._busy_audio = await asyncio.to_thread(_synthesize_8k, self.scenario.busy_message)
+        return self._busy_audio
 
     @property
     def model_name(self) -> str:
@@ -164,15 +182,26 @@ def create_app(server: PhoneServer) -> FastAPI:
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "provider": server.provider, "scenario": server.scenario.name,
-                "model": server.model_name, "active_calls": server.active_calls,
-                "calls_total": server.calls_total, "calls_failed": server.calls_failed}
+                "model": server.model_name, "active_calls": server.active_calls, "max_calls": server.max_calls,
+                "calls_total": server.calls_total, "calls_failed": server.calls_failed,
+                "calls_busy": server.calls_busy}
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
         server.calls_total += 1
-        server.active_calls += 1
         n = server.calls_total
+        if not server.lines_free:
+            server.calls_busy += 1
+            try:
+                await refuse_call(websocket, server, n)
+            except Exception:  # a caller gone before the message: nothing else to do
+                logger.debug(f"phone call #{n}: busy message not delivered", exc_info=True)
+            finally:
+                with contextlib.suppress(Exception):
+                    await websocket.close()
+            return
+        server.active_calls += 1
         try:
             await run_call(websocket, server, n)
         except Exception:  # one call's failure must not reach the server or the other calls
@@ -200,6 +229,36 @@ def call_options(options: CallOptions, start: CallStart) -> CallOptions:
     return options
 
 
+async def refuse_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
+    """Every line is taken: play the busy message, mark its end (the `lines-busy` mark) and let the
+    socket close, as a phone system's "all lines are busy" does. No pipeline is built."""
+    start = await read_start(websocket, server.provider)
+    if start is None:
+        return
+    logger.warning(f"phone call #{n}: all {server.max_calls} lines busy; the caller hears the busy message")
+    pcm = await server.busy_audio()
+    law = audioop.lin2alaw if start.encoding == "PCMA" else audioop.lin2ulaw
+    payload = law(pcm, 2)
+    sid = {"streamSid": start.stream_id} if start.provider == "twilio" else {"stream_id": start.stream_id}
+    for i in range(0, len(payload), 160):  # 20 ms media messages; the provider buffers and plays them
+        chunk = base64.b64encode(payload[i:i + 160]).decode()
+        await websocket.send_text(json.dumps({"event": "media", **sid, "media": {"payload": chunk}}))
+    await websocket.send_text(json.dumps({"event": "mark", **sid, "mark": {"name": BUSY_MARK}}))
+    await asyncio.sleep(len(payload) / 8000)  # hang up once it has played
+
+
+def _synthesize_8k(text: str) -> bytes:
+    import numpy as np
+
+    from voice_agent.audio_io import resample
+    from voice_agent.services.tts import float_to_int16, load_hibari, trim_silence
+
+    tts = load_hibari()
+    audio = trim_silence(np.asarray(tts(text), dtype=np.float32), int(tts.sample_rate))
+    pcm = np.frombuffer(float_to_int16(audio), dtype=np.int16)
+    return resample(pcm, int(tts.sample_rate), 8000).astype(np.int16).tobytes()
+
+
 async def run_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
     start = await read_start(websocket, server.provider)
     if start is None:
@@ -210,9 +269,10 @@ async def run_call(websocket: WebSocket, server: PhoneServer, n: int) -> None:
     transport = PhoneWebsocketTransport(websocket=websocket, params=FastAPIWebsocketParams(
         audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False, serializer=serializer,
         audio_in_sample_rate=server.options.audio_in_sample_rate, audio_out_sample_rate=8000))
-    observers = server.observers_factory() if server.observers_factory else []
+    observers = server.observers_factory(start) if server.observers_factory else []
+    backend = server.backend_factory(start) if server.backend_factory else None
     call = build_pipeline(transport, server.scenario, call_options(server.options, start), engine=server.engine,
-                          observers=observers)
+                          observers=observers, backend=backend)
     server.last_call = call
 
     async def hang_up() -> None:

@@ -1,0 +1,398 @@
+"""Place N concurrent phone calls against one `voice-agent phone` app and measure every turn.
+
+For each N: N `TwilioCaller`s (caller.py) stream recorded callers over loopback, in real time, into
+the phone app (the one `voice-agent phone` serves: transports/phone.py, under uvicorn in this
+process). Each call gets a `TurnLatencyObserver` on a clock that starts when its caller's stream
+starts, and its own fresh store, so every turn is measured as replay measures it: e2e from the
+caller's true end of speech (an offline VAD pass over the recording, mapped onto the moment each
+20 ms chunk was really sent) to the bot's first audio. Results per N: a replay-shaped report
+(report.json, report.html) in DIR/N<n>/, and one row of the capacity table in DIR/capacity.json.
+
+Bounded: each call ends with its recording (plus a tail for the last answer), and a run that
+overstays `max_minutes` stops where it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice_agent.callload.caller import CallerFaults, TwilioCaller, mulaw_8k
+from voice_agent.config import CallOptions
+from voice_agent.latency.budget import budget_lines
+from voice_agent.latency.metrics import distribution, summarize, turn_record
+from voice_agent.latency.report import build_report, write_report
+from voice_agent.latency.truth import Segment, speech_segments, true_speech_end
+
+CAPACITY_E2E_P95_MS = 800.0     # a load level is within capacity when e2e p95 stays at or under this ...
+CAPACITY_PASS_RATE = 0.9        # ... and at least this share of turns answered within the budget
+HANGUP_WAIT_S = 30.0            # after the callers hang up: how long the server may take to end their calls
+
+
+@dataclass(kw_only=True)
+class LoadOptions(CallOptions):
+    """The calls' knobs (CallOptions) and the load run's own."""
+
+    counts: tuple[int, ...] = (1, 2, 4, 8, 16)
+    callers: tuple[str, ...] = ("sample",)   # "sample", "two-turn" or recording paths; dealt round-robin
+    stagger_s: float = 0.5                    # call i starts i * stagger_s after the first
+    tail_s: float = 8.0                       # silence after each recording, for its last answer
+    budget_ms: float = 500.0
+    max_calls: int | None = None              # the server's admission limit (None: take every call)
+    max_minutes: float = 30.0
+    shared_store: bool = False                # every call on one store (a soak: races for one slot)
+    faults: dict[int, CallerFaults] = field(default_factory=dict)  # call index -> what that caller does wrong
+    progress: bool = True
+
+
+@dataclass
+class Recording:
+    name: str
+    path: Path
+    samples: Any            # 16 kHz int16
+    segments: list[Segment]
+    mulaw: bytes
+    meta: dict | None
+
+
+@dataclass
+class CallSlot:
+    """One placed call: the caller's side and, once the server has started it, its observer."""
+
+    index: int
+    recording: Recording
+    caller: TwilioCaller
+    origin: float = 0.0                # time.monotonic() the call's clock counts from
+    observer: Any = None
+    backend: Any = None
+    store: Path | None = None
+
+
+def load_recordings(names: tuple[str, ...], work: Path) -> list[Recording]:
+    from voice_agent.audio_io import read_caller_audio
+    from voice_agent.replay import SAMPLE_CALL, _sidecar
+
+    out = []
+    for name in names:
+        path = SAMPLE_CALL if name == "sample" else two_turn_call(work) if name == "two-turn" else Path(name)
+        audio = read_caller_audio(path)  # AudioFormatError: a clear message from the caller of this
+        segments = speech_segments(audio.samples)
+        if not segments:
+            raise ValueError(f"{path}: no caller speech found in the recording")
+        out.append(Recording(path.stem, path, audio.samples, segments, mulaw_8k(audio.samples), _sidecar(path)))
+    return out
+
+
+def two_turn_call(work: Path) -> Path:
+    """The replay test's two-line caller (made with the real TTS once, then kept in `work`)."""
+    from voice_agent.audio_io import write_wav
+    from voice_agent.make_sample import RATE, synthesize
+
+    path = work / "two_turn.wav"
+    if not path.exists():
+        script = [("Hi, I'd like to book a teeth cleaning for next Tuesday, please.", 20.0),
+                  ("Do you have anything in the morning?", 1.0)]
+        audio, _ = synthesize(script, lead_in_s=4.5)
+        work.mkdir(parents=True, exist_ok=True)
+        write_wav(path, audio, RATE)
+        path.with_suffix(".json").write_text(json.dumps({"script": [t for t, _ in script]}))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PhoneApp:
+    """The phone app under uvicorn on a loopback port, in a thread of its own."""
+
+    def __init__(self, server: Any) -> None:
+        import uvicorn
+
+        from voice_agent.transports.phone import create_app
+
+        self.server = server
+        self.port = free_port()
+        self._uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=self.port,
+                                                 log_level="warning", ws="websockets-sansio"))
+        self._thread = threading.Thread(target=self._uv.run, name="phone-app", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def __enter__(self) -> PhoneApp:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uv.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self._uv.started:
+            raise RuntimeError("the phone app did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._uv.should_exit = True
+        self._thread.join(10)
+
+
+def _observer_for(slots: dict[str, CallSlot], engine: Any) -> Any:
+    from voice_agent.latency.observer import TurnLatencyObserver
+
+    def make(start: Any) -> list[Any]:
+        slot = slots.get(start.stream_id)
+        if slot is None:
+            return []  # a call this run did not place
+        if slot.caller.faults.engine_fails:
+            engine.fail_next_call()  # the app builds this call's brain next (faults.FaultyEngine)
+        slot.observer = TurnLatencyObserver(clock=lambda: time.monotonic() - slot.origin)
+        return [slot.observer]
+
+    return make
+
+
+def _backend_for(slots: dict[str, CallSlot], scenario: Any) -> Any:
+    from voice_agent.replay import call_backend
+
+    def make(start: Any) -> Any:
+        slot = slots.get(start.stream_id)
+        if slot is None or slot.store is None:
+            return None  # the scenario's store (shared)
+        backend, _today = call_backend(scenario, slot.store, slot.recording.meta)
+        slot.backend = backend
+        return backend
+
+    return make
+
+
+async def _place(slots: list[CallSlot], stagger_s: float) -> None:
+    async def one(slot: CallSlot) -> None:
+        await asyncio.sleep(slot.index * stagger_s)
+        slot.origin = time.monotonic()
+        await slot.caller.run()
+
+    await asyncio.gather(*(one(s) for s in slots))
+
+
+def _segments_on_call_clock(slot: CallSlot) -> list[Segment]:
+    """The recording's voiced segments on the call's clock, where each 20 ms chunk was really sent."""
+    out = []
+    for seg in slot.recording.segments:
+        start, end = slot.caller.chunk_time(seg.start_s), slot.caller.chunk_time(seg.end_s)
+        if start is None or end is None:
+            break  # never sent: the caller hung up first
+        out.append(Segment(start - slot.origin, end - slot.origin))
+    return out
+
+
+def call_entry(slot: CallSlot, budget_ms: float) -> dict:
+    """One call as replay reports it (turns measured from the true end of speech), plus the caller's side."""
+    c = slot.caller
+    entry: dict[str, Any] = {"file": str(slot.recording.path), "error": c.error, "turns": [],
+                             "call_index": slot.index, "faults": c.faults.names()}
+    entry["client"] = {"bot_audio_s": round(c.bot_audio_s(), 2), "busy": c.busy, "hung_up": c.hung_up,
+                       "closed_by_server": c.closed_by_server, "junk_sent": c.junk_sent, "clears": len(c.clears),
+                       "first_bot_audio_s": round(c.received[0][0] - slot.origin, 3) if c.received else None}
+    if c.busy:
+        return entry
+    obs = slot.observer
+    if obs is None:
+        entry["error"] = entry["error"] or "the server never started this call"
+        return entry
+    obs.finish()
+    segments = _segments_on_call_clock(slot)
+    prev_end = float("-inf")
+    for tl in obs.turns:
+        end = true_speech_end(segments, tl.vad_stopped, prev_end) if tl.vad_stopped is not None else None
+        record = turn_record(tl, end, budget_ms)
+        if end is not None:
+            prev_end = end
+        elif record["e2e_from"] == "recording":
+            record["e2e_from"] = "unmatched"
+        entry["turns"].append(record)
+    g = obs.greeting
+    entry["greeting"] = {"bot_text": g.bot_text.strip(),
+                         "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
+    if slot.backend is not None:
+        entry["state"] = slot.backend.snapshot()
+    return entry
+
+
+def run_level(n: int, app: PhoneApp, recordings: list[Recording], opts: LoadOptions, out_dir: Path,
+              scenario: Any, model: str) -> dict:
+    """N calls at once; their report is written to out_dir; returns the report."""
+    server = app.server
+    slots: dict[str, CallSlot] = {}
+    placed: list[CallSlot] = []
+    for i in range(n):
+        rec = recordings[i % len(recordings)]
+        caller = TwilioCaller(app.url, rec.mulaw, tail_s=opts.tail_s, faults=opts.faults.get(i, CallerFaults()))
+        slot = CallSlot(i, rec, caller)
+        if not opts.shared_store:
+            slot.store = out_dir / "calls" / f"{i:02d}" / "store"
+            shutil.rmtree(slot.store, ignore_errors=True)
+        slots[caller.stream_sid] = slot
+        placed.append(slot)
+    if any(f.engine_fails for f in opts.faults.values()) and not hasattr(server.engine, "fail_next_call"):
+        raise ValueError("an engine failure needs the app's engine wrapped in callload.faults.FaultyEngine")
+    server.observers_factory = _observer_for(slots, server.engine)
+    server.backend_factory = _backend_for(slots, scenario)
+    server.max_calls = opts.max_calls
+    cpu0, t0 = _cpu_s(), time.monotonic()
+    asyncio.run(_place(placed, opts.stagger_s))
+    deadline = time.monotonic() + HANGUP_WAIT_S
+    while server.active_calls and time.monotonic() < deadline:  # the server ends the calls it had
+        time.sleep(0.1)
+    wall = time.monotonic() - t0
+    cpu = (_cpu_s() - cpu0) / wall / (os.cpu_count() or 1) * 100
+    calls = [call_entry(s, opts.budget_ms) for s in placed]
+    for s in placed:
+        if s.backend is not None:
+            s.backend.close()
+    heard_nothing = sum(1 for c in calls if not c["client"]["bot_audio_s"])
+    summary = summarize(calls, budget_ms=opts.budget_ms, model=model,
+                        reasoning_effort=opts.reasoning_effort or scenario.reasoning_effort, extra={
+                            "mode": "callload",
+                            "scenario": scenario.name,
+                            "concurrent_calls": n,
+                            "stagger_s": opts.stagger_s,
+                            "max_calls": opts.max_calls,
+                            "busy_calls": sum(1 for c in calls if c["client"]["busy"]),
+                            "faults": _fault_counts(calls),
+                            "silent_calls": heard_nothing,  # no audio at all: not even the greeting or busy message
+                            "cpu_percent": round(cpu, 1),
+                            "wall_s": round(wall, 1),
+                            "queue_wait_ms": distribution(m.get("queue_wait_ms") for c in calls for t in c["turns"]
+                                                          for m in t.get("engine") or []),
+                            "cpu_flags": cpu_flags(),
+                            "command": " ".join(["voice-agent", *sys.argv[1:]]),
+                            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                        })
+    report = build_report(calls, summary)
+    write_report(report, out_dir, embed_audio=False)
+    return report
+
+
+def _fault_counts(calls: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in calls:
+        for name in c.get("faults") or []:
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def capacity_row(report: dict) -> dict:
+    s = report["summary"]
+    e2e, ttfat = s.get("e2e_ms") or {}, s.get("ttfat_ms") or {}
+    row = {"n": s["concurrent_calls"], "answered_turns": s["answered_turns"], "scored_turns": s["scored_turns"],
+           "e2e_p50_ms": e2e.get("p50"), "e2e_p95_ms": e2e.get("p95"),
+           "answer_e2e_p50_ms": (s.get("answer_e2e_ms") or {}).get("p50"),
+           "ttfat_p50_ms": ttfat.get("p50"), "ttfat_p95_ms": ttfat.get("p95"),
+           "budget_pass_rate": s.get("budget_pass_rate"), "cpu_percent": s["cpu_percent"],
+           "busy_calls": s["busy_calls"], "silent_calls": s["silent_calls"], "calls_failed": s["calls_failed"],
+           "queue_wait_p95_ms": (s.get("queue_wait_ms") or {}).get("p95")}
+    p95, rate = row["e2e_p95_ms"], row["budget_pass_rate"]
+    row["within_capacity"] = bool(
+        p95 is not None and p95 <= CAPACITY_E2E_P95_MS and rate is not None and rate >= CAPACITY_PASS_RATE
+        and row["answered_turns"] == row["scored_turns"] and not row["silent_calls"] and not row["calls_failed"])
+    return row
+
+
+def capacity(rows: list[dict]) -> int:
+    """The largest N within capacity (0 if none was)."""
+    return max((r["n"] for r in rows if r["within_capacity"]), default=0)
+
+
+def table_text(rows: list[dict]) -> str:
+    head = "    N  answered  e2e p50/p95 ms   TTFAT p50/p95 ms  pass rate  CPU %  busy  silent  within"
+    lines = [head]
+    for r in rows:
+        def ms(a: Any, b: Any) -> str:
+            return f"{_n(a)}/{_n(b)}"
+        lines.append(f"{r['n']:5d}  {r['answered_turns']:4d}/{r['scored_turns']:<4d} {ms(r['e2e_p50_ms'], r['e2e_p95_ms']):>15} "
+                     f"{ms(r['ttfat_p50_ms'], r['ttfat_p95_ms']):>17}  {_rate(r['budget_pass_rate']):>9}  "
+                     f"{r['cpu_percent']:5.0f}  {r['busy_calls']:4d}  {r['silent_calls']:6d}  "
+                     f"{'yes' if r['within_capacity'] else 'no':>6}")
+    return "\n".join(lines)
+
+
+def _n(x: Any) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _rate(x: Any) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    return " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in text)
+
+
+def callload_main(opts: LoadOptions, out: Path) -> int:
+    from voice_agent.pipeline import load_engine
+    from voice_agent.scenarios import ScenarioError, load_scenario
+    from voice_agent.services.stt import load_whisper, whisper_model_path
+    from voice_agent.services.tts import load_hibari
+    from voice_agent.transports.phone import PhoneServer
+
+    try:
+        scenario = load_scenario(opts.scenario)
+        recordings = load_recordings(opts.callers, out / "callers")
+    except (ScenarioError, ValueError, OSError) as e:
+        print(f"voice-agent callload: {e}", file=sys.stderr)
+        return 2
+    engine = None if opts.remote else load_engine(opts.model, opts.precision, opts.engine_threads, scenario)
+    load_whisper(str(whisper_model_path(opts.stt_model)), opts.stt_threads)
+    if opts.tts == "hibari":
+        load_hibari()
+    options = CallOptions(**{k: getattr(opts, k) for k in CallOptions.__dataclass_fields__})
+    server = PhoneServer(engine=engine, scenario=scenario, options=options)
+    model = engine.model_name if engine is not None else str(opts.llm_url)
+    rows = []
+    t_end = time.monotonic() + opts.max_minutes * 60
+    with PhoneApp(server) as app:
+        for n in opts.counts:
+            if time.monotonic() > t_end:
+                print(f"stopped before N={n}: the run's {opts.max_minutes:g} min are spent", file=sys.stderr)
+                break
+            if opts.progress:
+                print(f"N={n}: placing {n} call(s) ...", file=sys.stderr, flush=True)
+            report = run_level(n, app, recordings, opts, out / f"N{n}", scenario, model)
+            row = capacity_row(report)
+            rows.append(row)
+            if opts.progress:
+                print(table_text([row]).splitlines()[1], file=sys.stderr, flush=True)
+                for line in budget_lines(report["summary"]):
+                    print(f"       {line}", file=sys.stderr)
+    result = {"capacity": capacity(rows), "criteria": {"e2e_p95_ms_at_most": CAPACITY_E2E_P95_MS,
+                                                       "budget_pass_rate_at_least": CAPACITY_PASS_RATE},
+              "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "rows": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "capacity.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(table_text(rows))
+    print(f"\ncapacity: {result['capacity']} concurrent call(s) (e2e p95 <= {CAPACITY_E2E_P95_MS:.0f} ms, "
+          f"pass rate >= {CAPACITY_PASS_RATE:.0%}, every turn answered) on {os.cpu_count()} cores "
+          f"[{result['cpu_flags']}]")
+    print(f"reports: {out}/N<n>/report.html   table: {out / 'capacity.json'}")
+    return 0
