@@ -257,22 +257,23 @@ class Scheduler:
             self._cv.notify_all()
         return ticket
 
-    def submit_prefill(self, req: Request, *, guess: bool) -> concurrent.futures.Future[int | None]:
+    def submit_prefill(self, req: Request, *, guess: bool) -> PrefillTicket:
         """Queue a prefill of `req`'s tokens into its session, with no turn (Engine.warm_request,
-        Engine.guess_request). The future holds the session's cached length, or None if skipped:
-        a guess is, while turns wait or its own call has a turn under way."""
+        Engine.guess_request). Its `done` future holds the session's cached length, or None if
+        skipped: a guess is, while turns wait or its own call has a turn under way, and so is one
+        cancelled while still queued (the turn that made it moot prefills the words itself)."""
         ticket = PrefillTicket(req, guess)
         with self._cv:
             if guess and (self._stop or self.backlogged_locked() or self._turn_of(req.session)):
                 self.stats.prefills_skipped += 1
                 ticket.done.set_result(None)
-                return ticket.done
+                return ticket
             if self._stop:
                 ticket.done.set_exception(Rejected("the scheduler is shutting down", retry_after=5))
-                return ticket.done
+                return ticket
             self.queue.append(ticket)
             self._cv.notify_all()
-        return ticket.done
+        return ticket
 
     @property
     def backlogged(self) -> bool:
@@ -440,15 +441,18 @@ class Scheduler:
             self._admit_group(group)
 
     def _admit_group(self, group: list[Admission]) -> None:
+        # Into an empty batch, a turn's new prompt tokens ride in its first decoding pass (one forward
+        # saved, as a lone decode does); beside rows already decoding they would widen every row's pass.
+        merge = not self.loop.rows and not any(isinstance(self._tickets[id(a.req)], PrefillTicket) for a in group)
         try:
-            self.loop.admit(group)
+            self.loop.admit(group, merge_prefill=merge)
             admitted = group
         except Exception:
             # One bad request must not fail the others: admit each alone, fail only what fails.
             admitted = []
             for a in group:
                 try:
-                    self.loop.admit([a])
+                    self.loop.admit([a], merge_prefill=merge)
                     admitted.append(a)
                 except Exception as e:
                     t = self._tickets.pop(id(a.req))

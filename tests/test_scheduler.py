@@ -220,9 +220,9 @@ def test_a_warm_up_and_a_guess_prefill_the_session_and_the_turn_decodes_as_over_
     ref = eng.chat(turn, session=eng.session(), reasoning_effort="instant", max_tokens=16)
     sess = eng.session()
     with Scheduler(eng, max_batch=4, prefix_entries=0) as sch:
-        warm = sch.submit_prefill(eng.warm_request(sess, turn[:1], reasoning_effort="instant"), guess=False).result(60)
+        warm = sch.submit_prefill(eng.warm_request(sess, turn[:1], reasoning_effort="instant"), guess=False).done.result(60)
         assert 0 < warm == sess.cache.length(0) and sess.settled == warm
-        guess = sch.submit_prefill(eng.guess_request(sess, turn, reasoning_effort="instant"), guess=True).result(60)
+        guess = sch.submit_prefill(eng.guess_request(sess, turn, reasoning_effort="instant"), guess=True).done.result(60)
         assert guess == len(eng.prepare(turn, reasoning_effort="instant").tokens) - 1  # all but the last token
         got = sch.submit(eng.prepare(turn, session=sess, reasoning_effort="instant", max_tokens=16)).result_sync(60)
         assert sch.snapshot()["prefills_ahead"] == 2
@@ -236,10 +236,10 @@ def test_a_guess_gives_way_to_a_turn_of_its_own_call_and_to_a_backlog(eng):
     sch = Scheduler(eng, max_batch=1, prefix_entries=0)  # not started yet: the queue stays as submitted
     busy = sch.submit(eng.prepare(turn, session=sess, reasoning_effort="instant", max_tokens=8))
     assert not busy.waits
-    assert sch.submit_prefill(eng.guess_request(sess, turn), guess=True).result(5) is None  # its own turn is due
+    assert sch.submit_prefill(eng.guess_request(sess, turn), guess=True).done.result(5) is None  # its own turn is due
     queued = sch.submit(eng.prepare(turn, session=other, reasoning_effort="instant", max_tokens=8))
     assert queued.waits and sch.backlogged  # a turn ahead of it in the queue: it waits its turn
-    assert sch.submit_prefill(eng.guess_request(third, turn), guess=True).result(5) is None  # turns wait
+    assert sch.submit_prefill(eng.guess_request(third, turn), guess=True).done.result(5) is None  # turns wait
     with sch:
         busy.result_sync(60), queued.result_sync(60)
     assert sch.snapshot()["prefills_skipped"] == 2 and not third.tokens
@@ -268,7 +268,7 @@ def test_the_default_int8_model_decodes_a_warmed_call_turn(default_engine):
     turn = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Can you tell me about whitening?"}]
     sess = default_engine.session()
     with Scheduler(default_engine, max_batch=4, prefix_entries=0) as sch:
-        sch.submit_prefill(default_engine.warm_request(sess, turn[:1], reasoning_effort="instant"), guess=False).result(60)
+        sch.submit_prefill(default_engine.warm_request(sess, turn[:1], reasoning_effort="instant"), guess=False).done.result(60)
         got = sch.submit(default_engine.prepare(turn, session=sess, reasoning_effort="instant",
                                                 max_tokens=24)).result_sync(60)
     assert got.text.strip() and got.finish_reason in ("stop", "length")

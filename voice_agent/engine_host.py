@@ -35,25 +35,33 @@ def shared_engine(model: str = "default", **load_kwargs: Any) -> Any:
 # Calls' turns wait this long at most for a row before the caller hears the apology: past it the
 # machine is over its capacity, and a person would rather hear "sorry" than silence.
 CALL_QUEUE_TIMEOUT_S = 6.0
-CALL_MAX_BATCH = 8
+# The calls' scheduler: up to CALL_WORKERS batching loops (engine/scheduler_pool.py), a new call going
+# to the loop with the fewest calls, each loop batching at most CALL_MAX_BATCH rows. On 2 cores
+# (`voice-agent callload`, docs/benchmarks.md, 2026-12-07) TTFAT p95 at 8 concurrent calls was 1.8 s
+# with a loop per call, 2.0 s with 4 loops and 3.3 s with 2 (twice), against 1.5 s for the old
+# thread per turn: batching several calls into one loop's passes does not pay on 2 cores, while a
+# loop per call overlaps one call's prefill with another's decode as threads did. Past 8 calls,
+# calls share loops and batch.
+CALL_WORKERS = 8
+CALL_MAX_BATCH = 4
 
 _schedulers: dict[int, tuple[Any, Any]] = {}  # id(engine) -> (engine, its scheduler)
 
 
 def call_scheduler(engine: Any) -> Any:
-    """The one continuous-batching scheduler of `engine` in this process (started on first use):
-    every in-process call submits its turns, warm-ups and guesses to it, so the process runs one
-    batched forward at a time over the weights instead of one decode per call fighting for cores."""
+    """The one scheduler of `engine` in this process (started on first use): every in-process call
+    submits its turns, warm-ups and guesses to it, and it runs them in up to CALL_WORKERS batching
+    loops, instead of one unbatched decode per turn fighting for the cores."""
     with _lock:
         held = _schedulers.get(id(engine))
         if held is None or held[0] is not engine:
-            from engine.scheduler import Scheduler
+            from engine.scheduler_pool import SchedulerPool
 
             # No prefix shared between calls: each call warms its own cache while its greeting plays,
             # and a turn's tokens then never depend on which call happened to come first (a prefix
             # prefilled in other chunks differs in the last bits, enough to flip a greedy token).
-            sched = Scheduler(engine, max_batch=CALL_MAX_BATCH, max_queue=64, queue_timeout_s=CALL_QUEUE_TIMEOUT_S,
-                              prefix_entries=0).start()
+            sched = SchedulerPool(engine, CALL_WORKERS, max_batch=CALL_MAX_BATCH, max_queue=64,
+                                  queue_timeout_s=CALL_QUEUE_TIMEOUT_S, prefix_entries=0).start()
             held = _schedulers[id(engine)] = (engine, sched)
         return held[1]
 

@@ -55,7 +55,7 @@ class EngineBrain(Brain):
         self.warm_tokens = 0  # what the warm prefill put into the session cache
         self.warm_ms: float | None = None
         self.speculation = SpeculationStats()
-        self._guess: tuple[list[dict], concurrent.futures.Future] | None = None  # the last one, and its end
+        self._guess: tuple[list[dict], concurrent.futures.Future, Any] | None = None  # the last one, its end, its ticket
 
     @property
     def model_name(self) -> str:
@@ -73,7 +73,7 @@ class EngineBrain(Brain):
 
         # A failure costs the first turn its prefill, nothing more.
         self._warming = self._prefill("warm prefill", lambda: self.engine.warm_request(
-            self.session, messages, **_prefill_params(params)), guess=False, then=warmed)
+            self.session, messages, **_prefill_params(params)), guess=False, then=warmed)[0]
 
     async def warmed(self) -> None:
         if self._warming is not None:
@@ -92,12 +92,12 @@ class EngineBrain(Brain):
 
         # The latest guess is the one the turn is judged against; it extends the one before it (the
         # scheduler prefills a call's requests in order). A failed one costs nothing but itself.
-        self._guess = (guess, self._prefill("speculative prefill", lambda: self.engine.guess_request(
+        self._guess = (guess, *self._prefill("speculative prefill", lambda: self.engine.guess_request(
             self.session, guess, **_prefill_params(params)), guess=True, then=counted))
 
-    def _prefill(self, what: str, make: Any, *, guess: bool, then: Any) -> concurrent.futures.Future:
-        """Submit a prefill without a turn; the returned future holds the cached length, or None if
-        it was skipped or failed (logged). `then` sees that value first."""
+    def _prefill(self, what: str, make: Any, *, guess: bool, then: Any) -> tuple[concurrent.futures.Future, Any]:
+        """Submit a prefill without a turn: (a future of the cached length, or None if it was skipped
+        or failed (logged); the scheduler's ticket, None if it never got one). `then` sees the value first."""
         out: concurrent.futures.Future = concurrent.futures.Future()
 
         def settle(held: int | None) -> None:
@@ -107,11 +107,11 @@ class EngineBrain(Brain):
                 out.set_result(held)
 
         try:
-            done = self.scheduler.submit_prefill(make(), guess=guess)
+            ticket = self.scheduler.submit_prefill(make(), guess=guess)
         except Exception as e:
             logger.warning(f"{self.model_name}: {what} failed ({type(e).__name__}: {e})")
             settle(None)
-            return out
+            return out, None
 
         def finished(f: concurrent.futures.Future) -> None:
             e = f.exception()
@@ -119,21 +119,27 @@ class EngineBrain(Brain):
                 logger.warning(f"{self.model_name}: {what} failed ({type(e).__name__}: {e})")
             settle(None if e is not None else f.result())
 
-        done.add_done_callback(finished)
-        return out
+        ticket.done.add_done_callback(finished)
+        return out, ticket
 
-    async def _settle_guess(self, messages: list[dict]) -> None:
-        """The turn is decided: was the last guess at it right? (A guess still prefilling holds
-        the session; the turn would wait for it anyway.)"""
+    def _settle_guess(self, messages: list[dict]) -> None:
+        """The turn is decided: the last guess at it, if still queued, is dropped (the turn prefills
+        those words itself; waiting for it would only delay the turn), and is judged once it ends."""
         if self._guess is None:
             return
-        (guess, done), self._guess = self._guess, None
-        if await asyncio.shield(asyncio.wrap_future(done)) is None:
-            return  # skipped: counted as such
-        if messages[: len(guess)] == guess:
-            self.speculation.used += 1  # the turn's prompt, or its start (a round's prompt up to its tool call)
-        else:
-            self.speculation.wasted += 1
+        (guess, done, ticket), self._guess = self._guess, None
+        if ticket is not None:
+            ticket.cancel()  # admitted already: it ends first, as the scheduler keeps a call's requests in order
+
+        def judge(f: concurrent.futures.Future) -> None:
+            if f.result() is None:
+                return  # skipped or dropped: counted as skipped
+            if messages[: len(guess)] == guess:
+                self.speculation.used += 1  # the turn's prompt, or its start (a round's prompt up to its tool call)
+            else:
+                self.speculation.wasted += 1
+
+        done.add_done_callback(judge)
 
     @property
     def backlogged(self) -> bool:
@@ -141,8 +147,8 @@ class EngineBrain(Brain):
         return bool(self.scheduler.backlogged)
 
     async def _attempt(self, messages: list[dict], params: dict) -> AsyncIterator[TurnEvent]:
-        await self.warmed()  # the session is busy until then
-        await self._settle_guess(messages)
+        # No waiting for the warm-up or a guess: the scheduler runs a call's requests in order.
+        self._settle_guess(messages)
         try:
             req = self.engine.prepare(messages, session=self.session, call_progress=True, **params)
         except Exception as e:

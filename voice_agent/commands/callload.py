@@ -9,7 +9,11 @@ replay-shaped report (DIR/N<n>/report.json and report.html); DIR/capacity.json h
 and the capacity: the largest N whose e2e p95 stays within 800 ms and whose budget pass rate
 stays at or above 90%, with every turn answered. The run is bounded and stops by itself.
 
-Exit status: 0 when it ran (whatever it measured); 2 on bad arguments or unreadable callers.
+With --soak-minutes M it runs a bounded soak with faults at the first N instead (see --help below).
+
+Exit status: 0 when it ran (whatever the curve measured) or the soak held; 1 when the soak found a
+crash, an unanswered turn, a silent call, or a lost or doubled booking; 2 on bad arguments or
+unreadable callers.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: no limit, to measure the capacity)")
     parser.add_argument("--budget-ms", type=float, default=500.0, help="latency budget per turn")
     parser.add_argument("--max-minutes", type=float, default=30.0, help="stop before a load level past this")
+    parser.add_argument("--soak-minutes", type=float, default=0.0, metavar="M",
+                        help="instead of the curve: waves of the first N calls for M minutes on one shared store, "
+                             "each caller bringing a fault in turn (junk frames, a hang-up mid-turn or mid-tool-call, "
+                             "a stalled socket, an engine failure); checks no crash, every turn answered, no booking "
+                             "lost or doubled (exit 1 if one fails); writes DIR/soak.json")
     parser.add_argument("--no-progress", action="store_true", help="no per-level progress lines")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"],
                         help="the calls' pipeline logs on stderr (debug: every processor's detail)")
