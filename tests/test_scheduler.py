@@ -272,3 +272,31 @@ def test_the_default_int8_model_decodes_a_warmed_call_turn(default_engine):
         got = sch.submit(default_engine.prepare(turn, session=sess, reasoning_effort="instant",
                                                 max_tokens=24)).result_sync(60)
     assert got.text.strip() and got.finish_reason in ("stop", "length")
+
+
+def test_a_pool_keeps_each_call_on_one_loop_and_spreads_new_calls_over_the_quietest(eng):
+    import gc
+
+    from engine.scheduler_pool import SchedulerPool
+
+    pool = SchedulerPool(eng, 2, max_batch=2, prefix_entries=0)
+    a, b, c = eng.session(), eng.session(), eng.session()
+    wa, wb = pool.worker_for(a), pool.worker_for(b)
+    assert wa is not wb and pool.worker_for(a) is wa  # sticky, and the second call went to the idle loop
+    assert pool.worker_for(c) is wa  # a tie: the first loop
+    del b
+    gc.collect()
+    d = eng.session()
+    assert pool.worker_for(d) is wb  # b's call ended: its loop is the quietest again
+    b = eng.session()
+    turn = [{"role": "user", "content": "Hi, can I book a cleaning?"}]
+    with_pool = pool.start()
+    try:
+        tickets = [with_pool.submit(eng.prepare(turn, session=s, reasoning_effort="instant", max_tokens=8))
+                   for s in (b, c, d)]
+        results = [t.result_sync(60) for t in tickets]
+    finally:
+        pool.stop()
+    assert len({r.raw_text for r in results}) == 1  # the same prompt decodes the same on every loop
+    snap = pool.snapshot()
+    assert snap["workers"] == 2 and snap["completed"] == 3 and len(snap["per_worker"]) == 2

@@ -35,14 +35,14 @@ def shared_engine(model: str = "default", **load_kwargs: Any) -> Any:
 # Calls' turns wait this long at most for a row before the caller hears the apology: past it the
 # machine is over its capacity, and a person would rather hear "sorry" than silence.
 CALL_QUEUE_TIMEOUT_S = 6.0
-# The calls' scheduler: up to CALL_WORKERS batching loops (engine/scheduler_pool.py), a new call going
-# to the loop with the fewest calls, each loop batching at most CALL_MAX_BATCH rows. On 2 cores
-# (`voice-agent callload`, docs/benchmarks.md, 2026-12-07) TTFAT p95 at 8 concurrent calls was 1.8 s
-# with a loop per call, 2.0 s with 4 loops and 3.3 s with 2 (twice), against 1.5 s for the old
-# thread per turn: batching several calls into one loop's passes does not pay on 2 cores, while a
-# loop per call overlaps one call's prefill with another's decode as threads did. Past 8 calls,
-# calls share loops and batch.
-CALL_WORKERS = 8
+# The calls' scheduler: CALL_WORKERS batching loops (engine/scheduler_pool.py), a new call going to the
+# loop with the fewest calls, each loop batching at most CALL_MAX_BATCH rows. On 2 cores
+# (`voice-agent callload`, docs/benchmarks.md, 2026-12-07): batching several calls into one loop's
+# passes does not pay there (TTFAT p95 at 8 calls: 3.3 s with 2 loops, twice, 1.9 s with 8, 1.5 s for
+# the old thread per turn), while a loop per call overlaps one call's prefill with another's decode as
+# threads did; but 8 loops at 16 calls left a third of the turns unanswered, where 2 loops answered
+# every one. So one loop per call up to the default capacity (config.CALL_CAPACITY), batching past it.
+CALL_WORKERS = 4
 CALL_MAX_BATCH = 4
 
 _schedulers: dict[int, tuple[Any, Any]] = {}  # id(engine) -> (engine, its scheduler)

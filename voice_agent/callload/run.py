@@ -209,7 +209,8 @@ def call_entry(slot: CallSlot, budget_ms: float) -> dict:
                              "call_index": slot.index, "faults": c.faults.names()}
     entry["client"] = {"bot_audio_s": round(c.bot_audio_s(), 2), "busy": c.busy, "hung_up": c.hung_up,
                        "closed_by_server": c.closed_by_server, "junk_sent": c.junk_sent, "clears": len(c.clears),
-                       "first_bot_audio_s": round(c.received[0][0] - slot.origin, 3) if c.received else None}
+                       "first_bot_audio_s": round(c.received[0][0] - slot.origin, 3) if c.received else None,
+                       "origin_monotonic": round(slot.origin, 3)}  # the call clock's zero, to line calls up
     if c.busy:
         return entry
     obs = slot.observer
