@@ -54,4 +54,4 @@ def test_every_planned_fault_is_timed_on_the_recordings_own_turns():
     assert kinds["hang_up_mid_turn"].hang_up_at_s == 8.6 + 0.4
     assert kinds["hang_up_mid_tool_call"].hang_up_at_s == 26.8 + 0.5  # the booking turn
     assert kinds["engine_failure"].names() == ["engine_failure"]
-    assert set(kinds["junk_frames"].names()) == {"junk_frames", "out_of_order_frames"}
+    assert set(kinds["junk_and_out_of_order_frames"].names()) == {"junk_frames", "out_of_order_frames"}

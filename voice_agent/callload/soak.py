@@ -19,13 +19,14 @@ from voice_agent.callload.run import LoadOptions, PhoneApp, Recording, run_level
 from voice_agent.latency.truth import utterances
 
 # What each caller of a wave brings, in turn (the plan rotates by one call per wave).
-FAULT_PLAN = ("clean", "junk_frames", "hang_up_mid_turn", "stalled_socket", "engine_failure", "hang_up_mid_tool_call")
+FAULT_PLAN = ("clean", "junk_and_out_of_order_frames", "hang_up_mid_turn", "stalled_socket", "engine_failure",
+              "hang_up_mid_tool_call")
 
 
 def faults_for(kind: str, rec: Recording) -> CallerFaults:
     """The caller faults of one plan entry, timed on the recording's own utterances."""
     ends = [u.end_s for u in utterances(rec.segments)]  # the caller's turns
-    if kind == "junk_frames":
+    if kind == "junk_and_out_of_order_frames":
         return CallerFaults(junk_every_s=0.5, out_of_order=True)
     if kind == "hang_up_mid_turn":
         return CallerFaults(hang_up_at_s=ends[0] + 0.4)  # while the first answer is being made
@@ -69,9 +70,9 @@ def run_soak(app: PhoneApp, recordings: list[Recording], opts: LoadOptions, out:
         wave_opts = LoadOptions(**{**opts.__dict__, "faults": faults, "shared_store": True})
         report = run_level(n, app, recordings, wave_opts, out / f"wave{result.waves:02d}", scenario, model)
         for c in report["calls"]:
-            c["plan"] = plan[c["call_index"]]
-            for f in c.get("faults") or []:
-                result.faults[f] = result.faults.get(f, 0) + 1
+            kind = c["plan"] = plan[c["call_index"]]
+            if kind != "clean":
+                result.faults[kind] = result.faults.get(kind, 0) + 1
         result.calls += report["calls"]
         result.waves += 1
     result.crashes = server.calls_failed - failed_before

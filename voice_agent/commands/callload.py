@@ -22,6 +22,7 @@ import argparse
 from pathlib import Path
 
 from voice_agent.config import LLM_FLAGS, positive_int
+from voice_agent.logs import add_log_arguments, setup_logs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,20 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a stalled socket, an engine failure); checks no crash, every turn answered, no booking "
                              "lost or doubled (exit 1 if one fails); writes DIR/soak.json")
     parser.add_argument("--no-progress", action="store_true", help="no per-level progress lines")
-    parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"],
-                        help="the calls' pipeline logs on stderr (debug: every processor's detail)")
+    add_log_arguments(parser)
     add_flags(parser, ("scenario", *LLM_FLAGS, "stt_model"))
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from loguru import logger
-
+    setup_logs(args)
     from voice_agent.callload.run import LoadOptions, callload_main
-
-    logger.remove()
-    logger.add(sys.stderr, level=args.log_level.upper())
 
     try:
         counts = tuple(int(x) for x in str(args.calls).split(",") if x.strip())

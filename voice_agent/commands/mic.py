@@ -18,11 +18,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-device", type=int, default=None, help="PyAudio output device index")
     parser.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
     add_call_arguments(parser)
+    from voice_agent.logs import add_log_arguments
+
+    add_log_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from voice_agent.logs import setup_logs
+
+    setup_logs(args)
     from voice_agent.transports.mic import NoAudioDeviceError, check_audio_devices, list_audio_devices
 
     try:

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from voice_agent.logs import setup_logs
+
+    setup_logs(args)
     import uvicorn
 
     from voice_agent.pipeline import load_engine

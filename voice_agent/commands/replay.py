@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from voice_agent.config import LLM_FLAGS, add_flags
+from voice_agent.logs import add_log_arguments, setup_logs
 
 DEFAULT_OUT = "replay_out"
 
@@ -47,9 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-audio", action="store_true",
                         help="link the call WAVs from report.html instead of embedding them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_log_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    setup_logs(args)
     from voice_agent.replay import ReplayOptions, replay_main
 
     opts = ReplayOptions.from_args(

@@ -22,10 +22,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="access token for the bot's participant (env LIVEKIT_TOKEN)")
     parser.add_argument("--room", default=None, help="room name (default: the room in the token's grant)")
     add_call_arguments(parser)
+    from voice_agent.logs import add_log_arguments
+
+    add_log_arguments(parser, default="info")
 
 
 def run(args: argparse.Namespace) -> int:
     from voice_agent.livekit.connect import LiveKitUnreachable, check_reachable, require
+    from voice_agent.logs import setup_logs
+
+    setup_logs(args)
 
     def fail(msg: object) -> int:
         print(f"voice-agent room: error: {msg}", file=sys.stderr)

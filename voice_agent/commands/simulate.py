@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from voice_agent.config import add_flags
+from voice_agent.logs import add_log_arguments, setup_logs
 
 DEFAULT_OUT = "simulate_out"
 
@@ -45,15 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hear-early-s", type=float, default=0.0, metavar="S",
                         help="hear each caller turn S seconds before it ends, as the live pipeline's early STT pass "
                              "does: the turn decodes ahead and its read-only tools run meanwhile (0: off)")
-    parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    add_log_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    from loguru import logger
-
-    logger.remove()
-    logger.add(sys.stderr, level=args.log_level.upper())
+    setup_logs(args)
 
     from voice_agent.scenarios import ScenarioError
     from voice_agent.simulate.batch import scenario_for
