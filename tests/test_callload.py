@@ -141,3 +141,24 @@ def test_the_report_names_every_fault_and_the_server_serves_the_next_call(faulte
                                            "stalled_socket": 1, "engine_failure": 1}
     assert report["summary"]["silent_calls"] == 0
     assert _answered(clean["calls"][0])
+
+
+def test_two_callers_racing_for_one_slot_get_one_booking_and_each_the_truth(default_engine, tmp_path):
+    # both play the sample call at the same moment on one store: "ten in the morning" next Tuesday, twice
+    from voice_agent.callload.soak import booking_ledger
+
+    with _app(default_engine, tmp_path) as app:
+        scenario = app.server.scenario
+        scenario.open_backend(app.server.options.store).close()
+        opts = LoadOptions(counts=(2,), callers=("sample",), stagger_s=0.0, tail_s=6.0, progress=False,
+                           shared_store=True)
+        report = run_level(2, app, load_recordings(opts.callers, tmp_path), opts, tmp_path / "race", scenario, "default")
+        backend = scenario.open_backend(app.server.options.store)
+        state = backend.snapshot()
+        backend.close()
+    assert all(_answered(c) for c in report["calls"])
+    ledger = booking_ledger(report["calls"], state)
+    assert ledger["lost"] == 0 and ledger["doubled"] == 0 and ledger["phantom"] == 0, ledger
+    assert ledger["stored"] == ledger["confirmed"] + ledger["unconfirmed"] <= 2
+    slots = [(a["date"], a["time"]) for rows in state["appointments"].values() for a in rows]
+    assert len(slots) == len(set(slots))  # never two bookings in one slot

@@ -75,6 +75,6 @@ def run(args: argparse.Namespace) -> int:
                                  max_calls=args.max_calls))
     model = f"LLM server {options.llm_url}" if engine is None else f"model {engine.model_name}"
     print(f"voice-agent phone: {args.provider} media streams on ws://{args.host}:{args.port}/ws "
-          f"(scenario {scenario.name}, {model}, at most {args.max_calls} calls at once)", flush=True)
+          f"(scenario {scenario.name}, {model}, at most {args.max_calls} call{'s' if args.max_calls != 1 else ''} at once)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws="websockets-sansio")
     return 0
