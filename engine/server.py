@@ -425,11 +425,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServerThread:
     """uvicorn in a background thread (tests and in-process benchmarks)."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int | None = None, **uvicorn_kw) -> None:
         import uvicorn
 
         self.host, self.port = host, port or free_port(host)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", lifespan="on", **uvicorn_kw)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
 

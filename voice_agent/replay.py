@@ -32,9 +32,9 @@ from voice_agent.audio_io import AUDIO_SUFFIXES, AudioFormatError, read_caller_a
 from voice_agent.config import CallOptions
 from voice_agent.latency import expectations as expect_mod
 from voice_agent.latency.budget import budget_lines
-from voice_agent.latency.metrics import add_counters, distribution, summarize, turn_record
+from voice_agent.latency.metrics import add_counters, call_turns, distribution, greeting_record, summarize
 from voice_agent.latency.report import build_report, write_report
-from voice_agent.latency.truth import speech_segments, true_speech_end, utterances
+from voice_agent.latency.truth import speech_segments, utterances
 from voice_agent.latency.wer import word_errors
 
 SAMPLE_CALL = Path(__file__).resolve().parent.parent / "samples" / "dental_booking_call.wav"
@@ -292,19 +292,9 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
         entry["warning"] = (f"this machine did not keep up in real time: caller audio reached the VAD "
                             f"{lag['p95']:.0f} ms late (p95), and every latency here includes that backlog")
 
-    prev_end = float("-inf")
-    for tl in observer.turns:
-        end = true_speech_end(segments, tl.vad_stopped, prev_end) if tl.vad_stopped is not None else None
-        record = turn_record(tl, end, opts.budget_ms)
-        if end is not None:
-            prev_end = end
-        elif record["e2e_from"] == "recording":
-            record["e2e_from"] = "unmatched"
-        entry["turns"].append(record)
+    entry["turns"] = call_turns(observer.turns, segments, opts.budget_ms)
     _bot_audio_gaps(entry["turns"], transport.capture)
-    g = observer.greeting
-    entry["greeting"] = {"bot_text": g.bot_text.strip(),
-                         "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
+    entry["greeting"] = greeting_record(observer.greeting)
 
     # What the call left in its backend (checked by `state` expectations).
     entry["state"] = backend.snapshot()

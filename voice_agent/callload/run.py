@@ -20,9 +20,7 @@ import json
 import os
 import resource
 import shutil
-import socket
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +29,9 @@ from typing import Any
 from voice_agent.callload.caller import CallerFaults, TwilioCaller, mulaw_8k
 from voice_agent.config import CallOptions
 from voice_agent.latency.budget import budget_lines
-from voice_agent.latency.metrics import distribution, summarize, turn_record
+from voice_agent.latency.metrics import call_turns, distribution, greeting_record, summarize
 from voice_agent.latency.report import build_report, write_report
-from voice_agent.latency.truth import Segment, speech_segments, true_speech_end
+from voice_agent.latency.truth import Segment, speech_segments
 from voice_agent.services.llm import DEFAULT_APOLOGY as APOLOGY
 
 CAPACITY_E2E_P95_MS = 800.0     # a load level is within capacity when e2e p95 stays at or under this ...
@@ -115,42 +113,26 @@ def two_turn_call(work: Path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PhoneApp:
-    """The phone app under uvicorn on a loopback port, in a thread of its own."""
+    """The phone app under uvicorn on a loopback port, in a thread of its own (engine.server.ServerThread)."""
 
     def __init__(self, server: Any) -> None:
-        import uvicorn
-
+        from engine.server import ServerThread
         from voice_agent.transports.phone import create_app
 
         self.server = server
-        self.port = free_port()
-        self._uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=self.port,
-                                                 log_level="warning", ws="websockets-sansio"))
-        self._thread = threading.Thread(target=self._uv.run, name="phone-app", daemon=True)
+        self._thread = ServerThread(create_app(server), ws="websockets-sansio")
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/ws"
+        return f"ws://{self._thread.host}:{self._thread.port}/ws"
 
     def __enter__(self) -> PhoneApp:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._uv.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not self._uv.started:
-            raise RuntimeError("the phone app did not start within 30 s")
+        self._thread.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._uv.should_exit = True
-        self._thread.join(10)
+        self._thread.__exit__(*exc)
 
 
 def _observer_for(slots: dict[str, CallSlot], engine: Any) -> Any:
@@ -219,18 +201,8 @@ def call_entry(slot: CallSlot, budget_ms: float) -> dict:
         return entry
     obs.finish()
     segments = _segments_on_call_clock(slot)
-    prev_end = float("-inf")
-    for tl in obs.turns:
-        end = true_speech_end(segments, tl.vad_stopped, prev_end) if tl.vad_stopped is not None else None
-        record = turn_record(tl, end, budget_ms)
-        if end is not None:
-            prev_end = end
-        elif record["e2e_from"] == "recording":
-            record["e2e_from"] = "unmatched"
-        entry["turns"].append(record)
-    g = obs.greeting
-    entry["greeting"] = {"bot_text": g.bot_text.strip(),
-                         "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
+    entry["turns"] = call_turns(obs.turns, segments, budget_ms)
+    entry["greeting"] = greeting_record(obs.greeting)
     if slot.backend is not None:
         entry["state"] = slot.backend.snapshot()
     return entry

@@ -10,7 +10,7 @@ take one booking per slot, and each call must be told the truth about its own.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ def run_soak(app: PhoneApp, recordings: list[Recording], opts: LoadOptions, out:
     while time.monotonic() < deadline:
         plan = {i: FAULT_PLAN[(i + result.waves) % len(FAULT_PLAN)] for i in range(n)}
         faults = {i: faults_for(kind, recordings[i % len(recordings)]) for i, kind in plan.items()}
-        wave_opts = LoadOptions(**{**opts.__dict__, "faults": faults, "shared_store": True})
+        wave_opts = replace(opts, faults=faults, shared_store=True)
         report = run_level(n, app, recordings, wave_opts, out / f"wave{result.waves:02d}", scenario, model)
         for c in report["calls"]:
             kind = c["plan"] = plan[c["call_index"]]

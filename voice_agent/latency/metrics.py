@@ -18,6 +18,7 @@ import numpy as np
 
 from voice_agent.latency.budget import BUDGET_METRICS, budget_verdict, pass_rate
 from voice_agent.latency.timeline import TurnTimeline
+from voice_agent.latency.truth import Segment, true_speech_end
 
 DEFAULT_BUDGET_MS = 500.0
 # The steps of a turn's TTFAT, in order: decoding the tool call (0 when the policy wrote it), running
@@ -91,6 +92,27 @@ def ttfat_breakdown(engine: list[dict], tool_calls: list[dict], ttfat: float | N
     }
     out["other_ms"] = round(max(0.0, ttfat - sum(out.values())), 1)
     return out
+
+
+def call_turns(timelines: Iterable[TurnTimeline], segments: list[Segment], budget_ms: float) -> list[dict[str, Any]]:
+    """A call's turn records, each measured from the true end of the caller's speech in `segments`
+    (the recording's voiced segments, on the observer's clock): the last segment that ended before the
+    turn's VAD stop and after the previous turn's. A turn with no such segment is `unmatched`."""
+    records, prev_end = [], float("-inf")
+    for tl in timelines:
+        end = true_speech_end(segments, tl.vad_stopped, prev_end) if tl.vad_stopped is not None else None
+        record = turn_record(tl, end, budget_ms)
+        if end is not None:
+            prev_end = end
+        elif record["e2e_from"] == "recording":
+            record["e2e_from"] = "unmatched"
+        records.append(record)
+    return records
+
+
+def greeting_record(g: TurnTimeline) -> dict[str, Any]:
+    return {"bot_text": g.bot_text.strip(),
+            "first_bot_audio_s": None if g.first_bot_audio is None else round(g.first_bot_audio, 3)}
 
 
 def turn_record(tl: TurnTimeline, true_end: float | None, budget_ms: float = DEFAULT_BUDGET_MS) -> dict[str, Any]:
