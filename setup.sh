@@ -7,6 +7,10 @@ if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
     portaudio19-dev libportaudio2 ffmpeg chromium sox g++ ninja-build g++-aarch64-linux-gnu >/dev/null
+  # PulseAudio and ALSA's pulse plugin: the desktop sound path, and the virtual sound card the mic
+  # demo's end-to-end test runs on (tests/sound_card.py)
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    pulseaudio pulseaudio-utils libasound2-plugins >/dev/null
 fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3

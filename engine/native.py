@@ -15,7 +15,7 @@ goes to Python, per-op dispatch and the int8 kernel's set-up: ~25 ATen calls and
   `narrow_logits` (what `Transformer.logits` calls first) takes such a pass from its token ids to its
   logits there: embedding, RoPE rows and mask read in C++, the final norm and the int8 LM head inside
   the region (after a pass has streamed the weights through the caches, each ATen op costs tens of
-  microseconds; README, the session-26 bench).
+  microseconds; docs/benchmarks.md, the session-26 bench).
 Measured on an AMD EPYC with AVX512-BF16 (2026-12-06, the default model, 480-token cache, 2 threads,
 one process, passes interleaved), ms per pass at 1 / 2 / 3 / 4 / 8 tokens: ATen's ops 10.7 / 10.8 /
 11.6 / 13.3 / 20.5, hand loops and Int8Matrix 7.5 / 8.2 / 9.2 / 11.1 / 16.4.

@@ -22,7 +22,7 @@ CURVES: dict[str, tuple[tuple[int, float], ...]] = {
     "int8-fp32": ((1, 1.0), (2, 1.1), (3, 1.21), (4, 1.3), (5, 1.79), (6, 1.85), (8, 2.06), (10, 2.49),
                   (12, 2.6), (16, 2.87), (24, 3.31), (32, 3.84), (48, 5.16)),
     # int8 weights with bf16 activations: the int8 kernel up to 3 rows, then packed bf16, nearly flat.
-    # AMD EPYC with AVX512-BF16, 2026-12-03 (engine/quant.py's table; README bench, session 14). On the
+    # AMD EPYC with AVX512-BF16, 2026-12-03 (engine/quant.py's table; docs/benchmarks.md, session 14). On the
     # same kind on 2026-12-05 whole passes measured steeper (1 / 2 / 4 / 6 / 8 / 12 / 16 / 32 tokens:
     # 1 / 1.17 / 1.34 / 1.43 / 1.58 / 1.77 / 2.0 / 2.95), but planning with that curve decoded no faster
     # (one process, 3 rounds each: instant 53.5 vs 55.7 tok/s, low 102 vs 105), so this one stays.

@@ -9,7 +9,7 @@ The bench runs the peer in a child process (`llamacpp_decode_isolated`): a nativ
 then costs its rows, not the bench's own. One such crash is known: llama-cpp-python 0.3.36 built with
 `-march=native` on an Intel Xeon with AMX (2026-12-06, family 6 model 207 under KVM) dies with SIGILL
 at its first AMX tile instruction (`tilezero`), though the kernel grants AMX (PyTorch's oneDNN runs
-AMX there). Building the peer without AMX avoids it (README, "Troubleshooting").
+AMX there). Building the peer without AMX avoids it (docs/troubleshooting.md).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from engine.errors import EngineError
 PEER_CRASHED = "peer_crashed"
 # What a user can do about a crash, by signal: SIGILL is the AMX build above.
 _ADVICE = {signal.SIGILL: "an instruction this CPU (or its hypervisor) does not run; on an Intel Xeon with AMX, "
-                          "rebuild the peer without AMX (README, Troubleshooting)"}
+                          "rebuild the peer without AMX (docs/troubleshooting.md)"}
 
 
 def llamacpp_available() -> bool:

@@ -56,7 +56,7 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 @dataclass(frozen=True)
 class Bf16Tolerance:
-    """How far bf16 may be from fp32 on the same weights and tokens (the tests and the README use this).
+    """How far bf16 may be from fp32 on the same weights and tokens (the tests and docs/engine.md use this).
 
     Measured without AVX512 (bf16 emulated) on four receptionist prompts, teacher-forced through the
     model: SmolLM2-135M's largest logit difference was 1.27 of a logit range of ~67, and every

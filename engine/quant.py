@@ -19,7 +19,7 @@ numbers; it reads each weight row once, where FBGEMM's set-up costs a 1-row call
 `_weight_int8pack_mm` de-quantises them in bf16 (measured below).
 
 What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/test_quant.py checks it on tiny
-random weights; the quality check on the trained brain is separate, see the README).
+random weights; the quality check on the trained brain is separate, see docs/engine.md, Precision).
 """
 
 from __future__ import annotations

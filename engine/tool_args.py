@@ -12,9 +12,10 @@ import os
 
 EFFORT_CHOICES = ["instant", "low", "medium", "high"]  # engine/effort.py EFFORTS (a test keeps them equal)
 PRECISION_CHOICES = ["auto", "fp32", "bf16", "int8", "w8a8", "float32", "bfloat16"]  # engine/precision.py
-PRECISION_HELP = ("weights and activations (default: $VOICE_AGENT_PRECISION, else auto: on CPUs with "
-                  "AMX/AVX512-BF16 w8a8 for the embedded default model and bf16 for a model folder; fp32 on "
-                  "other CPUs. int8 = weight-only int8 linears; w8a8 = int8 activations too on narrow passes)")
+PRECISION_HELP = ("weights and activations (default: $VOICE_AGENT_PRECISION, else auto: w8a8 for the embedded "
+                  "default model on any CPU with AVX2 or better (bf16 around it with AMX/AVX512-BF16, fp32 "
+                  "without); for a model folder bf16 with AMX/AVX512-BF16, else fp32. int8 = weight-only "
+                  "int8 linears; w8a8 = int8 activations too on narrow passes)")
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:

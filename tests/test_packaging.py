@@ -5,7 +5,7 @@ pyproject with the CPU torch first.
 
 These tests read the source and the installed metadata; they do not install anything. The
 fresh-venv install itself (`pip install -c constraints.txt .` then `voice-agent replay`) takes
-minutes and is described in the README.
+minutes and is described in docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def check_narrow_threads() -> Check:
 
 def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set[str] | None = None) -> Check:
     """The optional llama.cpp peer of `python -m engine.bench`: a build with AMX dies of SIGILL on some
-    AMX CPUs (README, Troubleshooting). No voice-agent command needs it."""
+    AMX CPUs (docs/troubleshooting.md). No voice-agent command needs it."""
     from engine.cpu_isa import cpu_flags
 
     if system_info is None:
@@ -205,7 +205,7 @@ def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set
     info = system_info()
     if "AMX_INT8 = 1" in info and "amx_int8" in (cpu_flags() if flags is None else flags):
         return Check("llama.cpp peer", "warn", "built with AMX on an AMX CPU: it may die of SIGILL at its first "
-                     "AMX instruction (the bench then leaves its rows null); README, Troubleshooting, rebuilds it "
+                     "AMX instruction (the bench then leaves its rows null); docs/troubleshooting.md rebuilds it "
                      "without AMX")
     return Check("llama.cpp peer", "ok", "installed")
 

@@ -1,22 +1,29 @@
-"""Talk to the agent with your microphone and speakers (Pipecat's LocalAudioTransport).
+"""Talk to the agent with your microphone and speakers (Pipecat's LocalAudioTransport, fed by a
+callback so replies do not stall, with WebRTC echo cancellation so open speakers work).
 
 Every turn prints one latency line: e2e_ms (you stopped speaking -> first bot audio), stt_ms,
-the engine's ttft_ms / ttfat_ms / tokens_per_forward, and tts_ttfb_ms. Use headphones, or the bot
-hears itself and interrupts itself. Where no audio device exists, this exits at once with
-status 2 and says so.
+the engine's ttft_ms / ttfat_ms / tokens_per_forward, and tts_ttfb_ms. With `--report DIR` the
+session's report (report.json, report.html, as replay writes them) is saved when you stop. Where
+no audio device exists, this exits at once with status 2 and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from voice_agent.commands.phone import add_call_arguments, call_options
+from voice_agent.commands.phone import add_call_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-device", type=int, default=None, help="PyAudio input device index")
     parser.add_argument("--output-device", type=int, default=None, help="PyAudio output device index")
     parser.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
+    parser.add_argument("--no-aec", dest="aec", action="store_false",
+                        help="turn echo cancellation off (it removes the bot's own voice from the microphone, "
+                             "so open laptop speakers work; with headphones it is not needed)")
+    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
+                        help="on exit, write the session's report.json and report.html (replay's format) here")
     add_call_arguments(parser)
     from voice_agent.logs import add_log_arguments
 
@@ -58,22 +65,13 @@ def _run_demo(args: argparse.Namespace) -> int:
         print(f"voice-agent mic: {e}", file=sys.stderr)
         return 2
 
-    async def main() -> None:
-        from pipecat.workers.runner import WorkerRunner
+    from voice_agent.mic_demo import run_mic_session, write_mic_report
 
-        from voice_agent.latency.observer import TurnLatencyObserver
-        from voice_agent.pipeline import build_pipeline
-        from voice_agent.transports.mic import latency_line, make_mic_transport
-
-        observer = TurnLatencyObserver(on_turn=lambda tl: print(latency_line(tl), flush=True))
-        transport = make_mic_transport(args.input_device, args.output_device)
-        call = build_pipeline(transport, scenario, call_options(args), observers=[observer])
-        where = f" at {call.options.llm_url}" if call.options.remote else ""
-        print(f"voice-agent mic: talking to {scenario.name} (model {call.llm.brain.model_name}{where}) "
-              "(Ctrl-C to stop)", flush=True)
-        runner = WorkerRunner(handle_sigint=True)
-        await runner.add_workers(call.task)
-        await runner.run()
-
-    asyncio.run(main())
+    report = asyncio.run(run_mic_session(args, scenario))
+    if args.report is not None:
+        write_mic_report(report, args.report)
+    error = report["calls"][0].get("error")
+    if error:
+        print(f"voice-agent mic: {error}", file=sys.stderr)
+        return 1
     return 0

@@ -1,7 +1,17 @@
-"""The local microphone + speaker demo on Pipecat's LocalAudioTransport (PortAudio via pyaudio).
+"""The local microphone + speaker demo on PortAudio (pyaudio), through Pipecat's LocalAudioTransport.
 
 `check_audio_devices()` runs before anything heavy is loaded, so a machine without a microphone
 or speaker (CI, a server) fails in well under a second with a message saying what is missing.
+
+`MicTransport` changes two things in Pipecat's transport:
+- **The speaker never starts cold.** Pipecat's output writes with blocking calls and lets the stream
+  run dry between replies. On desktop Linux (ALSA -> PulseAudio) the first write after a run-dry
+  blocked for ~2 s, so every reply reached the speaker ~2 s late. Here PortAudio pulls audio from a
+  buffer in a callback and plays silence when there is none: the stream never underruns. Writes
+  are paced to keep about `LEAD_S` of audio queued, so a barge-in cuts the bot off within that.
+- **The bot does not hear itself.** Every block the speaker plays is the echo canceller's far end
+  (voice_agent/transports/echo_cancel.py); every block the microphone records is cleaned of it
+  before the VAD and the STT see it. On by default; `aec=False` turns it off.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ class AudioDevices:
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
     """PortAudio/ALSA print pages of probing noise on a box without sound hardware; hide it."""
     try:
         fd = sys.stderr.fileno()
@@ -46,13 +56,13 @@ def _quiet_stderr() -> Iterator[None]:
 
 def list_audio_devices() -> AudioDevices:
     try:
-        with _quiet_stderr():
+        with quiet_stderr():
             import pyaudio
     except ImportError as e:
         raise NoAudioDeviceError(
             f"PyAudio is not installed ({e}); the mic demo needs pipecat's 'local' extra and portaudio "
             "(apt-get install portaudio19-dev libportaudio2; see setup.sh)") from None
-    with _quiet_stderr():
+    with quiet_stderr():
         pa = pyaudio.PyAudio()
         try:
             infos = [pa.get_device_info_by_index(i) for i in range(pa.get_device_count())]
@@ -89,12 +99,16 @@ def check_audio_devices(input_index: int | None = None, output_index: int | None
     return devices
 
 
-def make_mic_transport(input_index: int | None = None, output_index: int | None = None) -> Any:
-    from pipecat.transports.local.audio import LocalAudioTransport, LocalAudioTransportParams
+def make_mic_transport(input_index: int | None = None, output_index: int | None = None, *,
+                       aec: bool = True) -> Any:
+    """The demo's transport: the default (or given) devices, the echo canceller on unless `aec=False`."""
+    from pipecat.transports.local.audio import LocalAudioTransportParams
 
-    return LocalAudioTransport(LocalAudioTransportParams(
+    from voice_agent.transports.mic_stream import MicTransport
+
+    return MicTransport(LocalAudioTransportParams(
         audio_in_enabled=True, audio_out_enabled=True, input_device_index=input_index,
-        output_device_index=output_index))
+        output_device_index=output_index), aec=aec)
 
 
 def latency_line(tl: Any) -> str:
