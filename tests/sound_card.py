@@ -7,7 +7,8 @@ ALSA's pulse plugin, as on a desktop.
 
 `Conversation` is the caller. Every 10 ms it reads a block of the speaker (parec) and writes a
 block to the microphone (pacat): the caller's next samples, plus, with a `Room` that has an echo
-path, the speaker's sound from `echo_delay_s` earlier at `echo_gain` (open laptop speakers). The
+path, the speaker's sound from `echo_delay_s` earlier at `echo_gain` (open laptop speakers: a fixed
+delay and attenuation, made from the speaker recorded in 10 ms blocks). The
 caller acts on what it hears: it speaks its first line once the greeting is over, each next line
 once the bot's answer is over, and its `barge_in` line while the bot is still answering. Both
 directions run on one clock (the speaker's blocks), so the e2e it measures, from the caller's
@@ -33,6 +34,8 @@ ONSET_SILENCE_BLOCKS = 10      # an onset is audio after >= 100 ms of silence
 # The speaker's recorder asks PulseAudio for this latency. An idle sink wakes at the longest period
 # its clients allow (2 s by default, as on a desktop with nothing playing); a recorder asking for
 # 10 ms would keep it awake and hide, under test, the stall a cold output stream meets there.
+# An echo path needs the speaker in 10 ms blocks, so a room with echo records at 10 ms (the stall is
+# then hidden; the test without echo covers it).
 RECORD_LATENCY_MS = 2000
 TOOLS = ("pulseaudio", "pactl", "pacat", "parec")
 
@@ -179,18 +182,19 @@ class Conversation:
             self._error = e
 
     def _talk(self) -> Heard:  # noqa: C901 - one state machine, block by block
-        speaker = _SpeakerRecorder(self.card)
+        # the echo is made from the recording, so it must come in 10 ms blocks, not in bursts
+        speaker = _SpeakerRecorder(self.card, 10 if self.room.echo_gain > 0 else RECORD_LATENCY_MS)
         fmt = ["--raw", "--format=s16le", f"--rate={RATE}", "--channels=1", "--latency-msec=20"]
         play = subprocess.Popen(["pacat", "--playback", "--device=callerline", *fmt], env=self.card.env,
                                 stdin=subprocess.PIPE)
         spans: list[tuple[float, float]] = []
         unanswered: list[int] = []
-        delay = max(1, int(self.room.echo_delay_s * RATE))
-        echo_tail = np.zeros(delay, dtype=np.int16)
         line, pos = -1, None            # the line being spoken, and where in it
         heard_from = None               # monotonic: the first bot audio heard since the caller last spoke
         waiting_since = time.monotonic()
         greeting = False
+        delay = max(1, int(self.room.echo_delay_s * RATE))
+        echo_tail = np.zeros(delay, dtype=np.int16)
         echo_pos = 0                    # speaker samples already fed back into the microphone
         t0 = time.monotonic()
         block_i = 0
@@ -265,13 +269,13 @@ def _pipe_bytes(fd: int) -> int:
 
 
 class _SpeakerRecorder:
-    """The speaker's monitor, read in a thread. It asks for `RECORD_LATENCY_MS`, so pulse hands it
-    the audio in bursts: each 10 ms block's time is worked back from when its burst arrived."""
+    """The speaker's monitor, read in a thread. At `RECORD_LATENCY_MS` pulse hands it the audio in
+    bursts: each 10 ms block's time is worked back from when its burst arrived."""
 
-    def __init__(self, card: VirtualSoundCard) -> None:
+    def __init__(self, card: VirtualSoundCard, latency_ms: int) -> None:
         self._proc = subprocess.Popen(
             ["parec", "--device=speaker.monitor", "--raw", "--format=s16le", f"--rate={RATE}", "--channels=1",
-             f"--latency-msec={RECORD_LATENCY_MS}"], env=card.env, stdout=subprocess.PIPE)
+             f"--latency-msec={latency_ms}"], env=card.env, stdout=subprocess.PIPE)
         self._blocks: list[np.ndarray] = []
         self._times: list[float] = []
         self._lock = threading.Lock()
@@ -326,7 +330,7 @@ class _SpeakerRecorder:
 def session_numbers(heard: Heard, report: dict) -> dict:
     """What the ear got, against what the agent reports: per caller line, the e2e from its true end
     of speech to the bot's next onset at the speaker; per agent turn, the gap from the pipeline's
-    first bot audio to that audio at the speaker; the caller "starting" outside the caller's own
+    "bot started speaking" to that audio at the speaker; the caller "starting" outside the caller's own
     lines (self-interruptions); and how soon a barge-in stopped the bot."""
     entry = report["calls"][0]
     origin = float(entry["clock_origin_monotonic"])
@@ -340,7 +344,8 @@ def session_numbers(heard: Heard, report: dict) -> dict:
                       "e2e_at_speaker_ms": round((onset - end) * 1000) if answered else None})
     gaps = []
     for t in entry["turns"]:
-        first = (t.get("timeline_s") or {}).get("first_bot_audio")
+        moments = t.get("timeline_s") or {}
+        first = moments.get("bot_started", moments.get("first_bot_audio"))  # "bot started speaking"
         if first is None:
             continue
         at = origin + float(first)

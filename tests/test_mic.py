@@ -53,3 +53,20 @@ def test_latency_line_uses_the_mission_metric_names():
     assert line.startswith("turn 3: e2e_ms 1000 | answer_e2e_ms 1600 | stt_ms 400 | ttft_ms 120.5 | ttfat_ms 300.0 "
                            "| tts_ttfb_ms 50")
     assert "tokens_per_forward 2.5" in line and "'book me in'" in line
+
+
+def test_the_speaker_buffer_plays_silence_when_empty_and_a_barge_in_clears_it():
+    from voice_agent.transports.mic_stream import PlaybackBuffer
+
+    buf = PlaybackBuffer()
+    assert buf.take(8) == bytes(8)  # nothing queued: silence, so the stream never runs dry
+    buf.put(b"\x01\x02\x03\x04")
+    assert buf.take(8) == b"\x01\x02\x03\x04" + bytes(4)
+    buf.put(bytes(range(1, 11)))
+    assert len(buf) == 10 and buf.clear() == 10 and buf.take(4) == bytes(4)
+
+
+def test_mic_help_offers_echo_cancellation_off_and_a_report():
+    p = subprocess.run([sys.executable, "-m", "voice_agent.cli", "mic", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "--no-aec" in p.stdout and "--report" in p.stdout

@@ -33,8 +33,8 @@ from voice_agent.audio_io import read_caller_audio
 
 pytestmark = pytest.mark.slow
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "dental_booking_call.wav"
-# From the pipeline's first audio of a reply to that audio at the speaker: PortAudio's and
-# PulseAudio's buffers (~40-90 ms measured). The stall this guards against was ~2,000 ms.
+# From the pipeline's "bot started speaking" to that audio at the speaker: PortAudio's and
+# PulseAudio's buffers (60-100 ms measured). The stall this guards against was ~2,000 ms.
 MAX_FIRST_AUDIO_GAP_MS = 400
 # A caller talking over the bot: its audio must stop about when the VAD confirms the speech
 # (start_secs 0.2 s) plus the output's queue (LEAD_S); a bot that ignores it talks on for seconds.
