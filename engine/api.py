@@ -257,10 +257,8 @@ class Engine:
             order=preset.order if order is None else order,
         )
         req = Request(self, msgs, tools, tokens, params, preset.thinking_budget if thinking else 0,
-                      thinking, prefix, stops, session, reasoning_effort)
-        req.guided = guided
+                      thinking, prefix, stops, session, reasoning_effort, guided=guided, guide=guide)
         req.call_progress = bool(call_progress)
-        req.guide = guide
         return req
 
     def warm_request(self, session: Session, messages, tools=None, reasoning_effort: str = "low") -> Request:

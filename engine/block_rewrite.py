@@ -11,13 +11,15 @@ call is open the `ToolCallGuide` keeps it inside the tools' schemas (engine/tool
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from engine.chat_format import CALL_OPEN, THINK_CLOSE
 from engine.tool_guide import ToolCallGuide
 
 if TYPE_CHECKING:
-    from engine.request import Request
+    from engine.chat_format import OutputParser
+    from engine.sequence import Sequence
 
 # Inside a call the guide writes the skeleton and the model only short slots, so a block of B
 # commits under one token a pass (0.81 on the sample call's booking, 21 passes at ~260 ms) while a
@@ -50,62 +52,71 @@ def repair_tags(text: str, reasoning: bool, tools: bool, answer_start: bool = Fa
     return text
 
 
-def rewrite_finished_block(req: Request) -> None:
-    """Called after every step that finished a block (`state.pending` holds it, uncached)."""
-    st = req.state
-    n = len(st.pending)
-    guide = req.guide
-    if not n or (st.done and st.finish_reason != "stop") or (guide is not None and guide.done):
-        return
-    if not req.tools and req.reasoning_closed:  # nothing here can need a rewrite: skip the decode
-        return
-    tok = req.engine.tokenizer
-    tail = st.generated[-n:]
-    eos = tail[-1:] if st.done and tail[-1] in st.eos_ids else []
-    text = tok.decode(tail[: n - len(eos)], skip_special_tokens=False)
-    parser = req.parser
-    answer_start = parser.mode == "answer" and not parser.answer and not parser.buf.strip() and not parser.tool_text
-    head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
-    fixed = repair_tags(text, not req.reasoning_closed, bool(req.tools), answer_start, before=head)
-    keep, forced, done = len(fixed), "", False
-    if req.tools:
-        start = 0
-        if guide is None:
-            k = (head + fixed).find(CALL_OPEN)
-            if k >= 0 and k + len(CALL_OPEN) > len(head):
-                guide = req.guide = ToolCallGuide(req.tools)
-                start = k + len(CALL_OPEN) - len(head)
-                st.narrow_blocks(CALL_BLOCK_SIZE)
-        if guide is not None:
-            # An end of turn inside an open call is not the end: it is dropped, and banned from now on.
-            st.ban_end_of_turn()
-            edit = guide.feed(fixed[start:])
-            if edit is not None:
-                keep, forced, done = start + edit.keep, edit.forced, edit.done
-    in_call = guide is not None
-    if fixed == text and not forced and keep == len(fixed) and not (in_call and eos):
-        _draft_from_guide(req)
-        return
-    own = _own_tokens(tok, tail[: n - len(eos)], fixed[:keep])
-    rest = fixed[:keep][len(tok.decode(own, skip_special_tokens=False)):]
-    kept = own + tok.encode(rest, add_special_tokens=False).ids
-    new = own + tok.encode(rest + forced, add_special_tokens=False).ids + ([] if in_call else eos)
-    # The next block was sized before the rewrite: it is laid out again unless the call is complete.
-    st.rewrite_tail(n, new, max(0, len(new) - len(eos) * (not in_call) - len(kept)),
-                    stop=done, reopen=in_call or not st.done)
-    _draft_from_guide(req)
+class BlockRewriter:
+    """A request's collaborator: after every step that finished a block, repair its tags and keep a
+    tool call in its schema, editing the block only through the sequence's own methods
+    (`rewrite_tail`, `narrow_blocks`, `ban_end_of_turn`, `propose`). It owns the call's `guide`."""
 
+    def __init__(self, tools: list[dict] | None, tokenizer: Any, guide: ToolCallGuide | None = None) -> None:
+        self.tools = tools
+        self.tok = tokenizer
+        self.guide = guide  # the schema guide of the call being written, once one is open
 
-def _draft_from_guide(req: Request) -> None:
-    """Inside a call, the next pass's drafts come from the guide: the skeleton and key it expects,
-    or the rest of a value as the caller said it. The pool's drafts there came from other calls'
-    arguments ('"patient_name": "' went on with another call's tool name), and the block is off."""
-    guide, st = req.guide, req.state
-    if guide is None or guide.done or st.done or not st.verifying:
-        return
-    text = guide.draft(req.heard())
-    if text:
-        st.propose(req.engine.tokenizer.encode(text, add_special_tokens=False).ids)
+    def rewrite(self, st: Sequence, parser: OutputParser, reasoning_closed: bool,
+                heard: Callable[[], str]) -> None:
+        """`st.pending` holds the block just finished (not cached yet); `heard` gives the words a
+        call's arguments may copy (drafts for the next pass)."""
+        n = len(st.pending)
+        guide = self.guide
+        if not n or (st.done and st.finish_reason != "stop") or (guide is not None and guide.done):
+            return
+        if not self.tools and reasoning_closed:  # nothing here can need a rewrite: skip the decode
+            return
+        tok = self.tok
+        tail = st.generated[-n:]
+        eos = tail[-1:] if st.done and tail[-1] in st.eos_ids else []
+        text = tok.decode(tail[: n - len(eos)], skip_special_tokens=False)
+        answer_start = parser.mode == "answer" and not parser.answer and not parser.buf.strip() and not parser.tool_text
+        head = tok.decode(st.generated[-n - 4 : -n], skip_special_tokens=False) if len(st.generated) > n else ""
+        fixed = repair_tags(text, not reasoning_closed, bool(self.tools), answer_start, before=head)
+        keep, forced, done = len(fixed), "", False
+        if self.tools:
+            start = 0
+            if guide is None:
+                k = (head + fixed).find(CALL_OPEN)
+                if k >= 0 and k + len(CALL_OPEN) > len(head):
+                    guide = self.guide = ToolCallGuide(self.tools)
+                    start = k + len(CALL_OPEN) - len(head)
+                    st.narrow_blocks(CALL_BLOCK_SIZE)
+            if guide is not None:
+                # An end of turn inside an open call is not the end: it is dropped, and banned from now on.
+                st.ban_end_of_turn()
+                edit = guide.feed(fixed[start:])
+                if edit is not None:
+                    keep, forced, done = start + edit.keep, edit.forced, edit.done
+        in_call = guide is not None
+        if fixed == text and not forced and keep == len(fixed) and not (in_call and eos):
+            self._draft_from_guide(st, heard)
+            return
+        own = _own_tokens(tok, tail[: n - len(eos)], fixed[:keep])
+        rest = fixed[:keep][len(tok.decode(own, skip_special_tokens=False)):]
+        kept = own + tok.encode(rest, add_special_tokens=False).ids
+        new = own + tok.encode(rest + forced, add_special_tokens=False).ids + ([] if in_call else eos)
+        # The next block was sized before the rewrite: it is laid out again unless the call is complete.
+        st.rewrite_tail(n, new, max(0, len(new) - len(eos) * (not in_call) - len(kept)),
+                        stop=done, reopen=in_call or not st.done)
+        self._draft_from_guide(st, heard)
+
+    def _draft_from_guide(self, st: Sequence, heard: Callable[[], str]) -> None:
+        """Inside a call, the next pass's drafts come from the guide: the skeleton and key it expects,
+        or the rest of a value as the caller said it. The pool's drafts there came from other calls'
+        arguments ('"patient_name": "' went on with another call's tool name), and the block is off."""
+        guide = self.guide
+        if guide is None or guide.done or st.done or not st.verifying:
+            return
+        text = guide.draft(heard())
+        if text:
+            st.propose(self.tok.encode(text, add_special_tokens=False).ids)
 
 
 def _own_tokens(tok, ids: list[int], text: str) -> list[int]:

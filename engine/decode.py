@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -33,8 +33,22 @@ from engine.sequence import DecodeParams, Sequence, StepInput, verifies
 from engine.session import reuse_plan
 
 if TYPE_CHECKING:
-    from engine.api import Engine
+    from engine.families import Family
     from engine.request import Request
+    from engine.runner import ModelRunner
+
+
+class DecodeContext(Protocol):
+    """What the loop reads of the engine that runs it (`Engine` is one): the model's runner and family,
+    how it decodes, the shared draft pool and the special token ids."""
+
+    runner: ModelRunner
+    family: Family
+    decoding: str              # "diffusion" | "reference" (the family's own sampler, whole replies)
+    drafts: Any                # NgramDrafts | None: the shared pool of draft n-grams
+    mask_id: int
+    eos_ids: Any               # the token ids that end a reply
+    reference: Any             # the family's reference sampler (decoding == "reference")
 
 
 @dataclass
@@ -52,10 +66,10 @@ class Admission:
 
 
 class DecodeLoop:
-    def __init__(self, engine: Engine, cache: KVCache, prefixes: PrefixCache | None = None) -> None:
-        self.engine = engine
-        self.runner = engine.runner
-        self.family = engine.family
+    def __init__(self, ctx: DecodeContext, cache: KVCache, prefixes: PrefixCache | None = None) -> None:
+        self.ctx = ctx
+        self.runner = ctx.runner
+        self.family = ctx.family
         self.cache = cache
         self.prefixes = prefixes
         self.rows: list[Request] = []
@@ -69,7 +83,7 @@ class DecodeLoop:
     def plan(self, req: Request, prefill_only: bool = False) -> Admission:
         """Where this request's cached tokens come from: its call's cache, a shared prefix, or none.
         (`prefill_only`: a session warm-up, which prefills even where the reference sampler decodes.)"""
-        if self.engine.decoding == "reference" and not prefill_only:
+        if self.ctx.decoding == "reference" and not prefill_only:
             return Admission(req, None, 0, [], reference=True)
         sess = req.session
         if sess is not None and sess.cached_tokens():
@@ -121,10 +135,10 @@ class DecodeLoop:
                 if a.reference:
                     started.append(self._decode_reference(a.req, row))
                     continue
-                pool = self.engine.drafts
+                pool = self.ctx.drafts
                 if verifies(a.req.params, self.family):
                     pool.observe(a.req.tokens[max(a.k - max(KEY_LENGTHS), 0):])
-                seq = Sequence.start(a.req.params, self.family, self.engine.mask_id, self.engine.eos_ids, row,
+                seq = Sequence.start(a.req.params, self.family, self.ctx.mask_id, self.ctx.eos_ids, row,
                                      logits.get(row), a.carry, len(a.req.tokens), self.runner.device,
                                      pending=a.new_tokens if row in merged else None, pool=pool,
                                      context=a.req.tokens)
@@ -155,9 +169,9 @@ class DecodeLoop:
         """Engine.decoding == "reference": the family's own sampler decodes the whole reply at once
         (it keeps no cache between calls, so neither does the session)."""
         t = time.perf_counter()
-        ref = self.engine.reference
+        ref = self.ctx.reference
         out = ref.generate(req.tokens, req.params.max_tokens)
-        seq = Sequence.whole(req.params, self.family, self.engine.mask_id, ref.stop_ids, out.tokens, out.forward_passes)
+        seq = Sequence.whole(req.params, self.family, self.ctx.mask_id, ref.stop_ids, out.tokens, out.forward_passes)
         seq.move(row)
         return seq, 0, t, t
 

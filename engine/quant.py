@@ -204,9 +204,23 @@ class W8A8Linear(nn.Module):
             dense = None
         self.register_buffer("dense_weight", dense, persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float(), persistent=False)
-        from engine.native import int8_matrix  # here: engine.native imports this module
+        from engine.native import int8_matrix  # here: the extension loads on first use
 
         self._gemv = int8_matrix(q.int_repr(), scales, self.bias)  # None: linear_dynamic's kernel
+
+    @property
+    def narrow_kernel(self):
+        """The native int8 kernel for 1-2 rows (engine/csrc/int8_gemv.cpp), or None (PyTorch's runs)."""
+        return self._gemv
+
+    def native_parts(self, dense_above: int) -> tuple | None:
+        """What the native layers take of this linear (engine/native_layers.py): the int8 and dense
+        packs, the bias, the dense dtype's name and the narrow kernel. None without a oneDNN dense pack
+        or with another narrow-pass cutoff than `dense_above`."""
+        if self._dense_packed is None or self.dense_above != dense_above:
+            return None
+        return (self._packed, self._dense_packed, self.bias, str(self.dense_dtype).replace("torch.", ""),
+                self._gemv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.block_rewrite import rewrite_finished_block
+from engine.block_rewrite import BlockRewriter
 from engine.chat_format import THINK_CLOSE, OutputParser
 from engine.grounding import ground_calls, source_texts
 from engine.results import ChatResult, StreamEvent
@@ -21,8 +21,20 @@ from engine.tool_guide import ToolCallGuide
 from engine.tools import parse_tool_calls
 
 if TYPE_CHECKING:
-    from engine.api import Engine
     from engine.session import Session
+
+
+class RequestContext(Protocol):
+    """What a request reads of the engine that made it (`Engine` is one)."""
+
+    tokenizer: Any
+    model_name: str
+    guided_tools: bool             # repair mangled tags, keep calls in their schemas (engine/block_rewrite.py)
+    stream_committed_prefix: bool  # stream the part of a block that is already final
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def run(self, req: Request) -> Iterator[StreamEvent]: ...
 
 
 # Text that block_rewrite may still rewrite: tags (and their mangled forms) and a bare "tool_call".
@@ -48,9 +60,10 @@ def safe_stream_cut(full: str, start: int, stops: list[str]) -> int:
 
 
 class Request:
-    def __init__(self, engine: Engine, messages, tools, tokens: list[int], params: DecodeParams,
+    def __init__(self, engine: RequestContext, messages, tools, tokens: list[int], params: DecodeParams,
                  thinking_budget: int, thinking: bool, prefix: str, stops: list[str], session: Session | None,
-                 effort: str) -> None:
+                 effort: str,
+                 guided: bool | None = None, guide: ToolCallGuide | None = None) -> None:
         self.engine, self.messages, self.tools, self.tokens = engine, messages, tools, tokens
         self.params, self.thinking_budget, self.thinking = params, thinking_budget, thinking
         self.prefix, self.stops, self.session, self.effort = prefix, stops, session, effort
@@ -71,14 +84,20 @@ class Request:
         self.reasoning_closed = not thinking
         self.stopped_by_string = False
         # Repair mangled control tags and keep tool calls in their schemas (engine/block_rewrite.py).
-        self.guided = engine.guided_tools
-        self.guide: ToolCallGuide | None = None
+        # `guided` (None: the engine's setting); `guide`: a call the prompt already opened (tool_choice)
+        guided = engine.guided_tools if guided is None else guided
+        self.rewriter = BlockRewriter(tools, engine.tokenizer, guide) if guided else None
         self._heard: str | None = None
         self.early = engine.stream_committed_prefix
         # Stream a "tool_args" event with the call's text each time it grows (Engine.prepare's
         # call_progress), so a caller can act on arguments before the call is complete.
         self.call_progress = False
         self._call_text_sent = ""
+
+    @property
+    def guide(self) -> ToolCallGuide | None:
+        """The schema guide of the tool call being written, once one is open."""
+        return self.rewriter.guide if self.rewriter is not None else None
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -110,8 +129,8 @@ class Request:
         st = self.state
         if not st.new_final:
             return self._absorb_committed_prefix() if self.early else []
-        if self.guided:
-            rewrite_finished_block(self)
+        if self.rewriter is not None:
+            self.rewriter.rewrite(st, self.parser, self.reasoning_closed, self.heard)
         if self.ttft_ms is None:
             self.ttft_ms = self._ms()
         tok = self.engine.tokenizer

@@ -74,7 +74,7 @@ class ModelRunner:
         self.device = target
         self.model = model.to(self.device)
         if precision is not None and precision.int8_activations:
-            from engine.native import native_layers_for
+            from engine.native_layers import native_layers_for
 
             # A pass's layers in one C++ call, the same bits (engine/native.py).
             self.model.native_layers, self.info["native_layers"] = native_layers_for(self.model)

@@ -10,6 +10,7 @@ import torch
 from engine import native
 from engine.kv_cache import KVCache
 from engine.model import ModelConfig, Transformer, init_random
+from engine.native_layers import native_layers_for
 from engine.quant import W8A8_DENSE_ABOVE_ROWS, quantize_w8a8
 
 
@@ -73,7 +74,7 @@ def test_native_passes_are_bit_identical_to_the_python_layers(extension, heads, 
     ones (the model's dtype into the packed de-quantised weights), one row (written by its start) or two
     (by slots); a bf16 model (native-bf16 CPUs) and an fp32 one (`auto` on AVX2)."""
     model = w8a8_model(*heads, qkv_bias=qkv_bias, dtype=dtype)
-    layers, why = native.native_layers_for(model)
+    layers, why = native_layers_for(model)
     assert why == "on"
     layers.fused_narrow = False
     lengths = [20, 13][:batch]
@@ -108,12 +109,12 @@ def test_passes_without_a_cache_run_the_python_layers(extension):
 
 def test_native_layers_say_why_they_do_not_serve_a_model(monkeypatch, extension):
     qk_norm = w8a8_model(qk_norm=True)
-    assert native.native_layers_for(qk_norm) == (None, "needs fused w8a8 q/k/v and gate/up and no q/k norm")
+    assert native_layers_for(qk_norm) == (None, "needs fused w8a8 q/k/v and gate/up and no q/k norm")
     unmarked = w8a8_model()
     unmarked.fp32_stream_up_to = 0  # no narrow passes marked: nothing for the int8 kernels
-    assert native.native_layers_for(unmarked) == (None, "not a w8a8 model with an fp32 stream")
+    assert native_layers_for(unmarked) == (None, "not a w8a8 model with an fp32 stream")
     monkeypatch.setenv(native.NATIVE_ENV, "0")
-    assert native.native_layers_for(w8a8_model()) == (None, f"off ({native.NATIVE_ENV}=0)")
+    assert native_layers_for(w8a8_model()) == (None, f"off ({native.NATIVE_ENV}=0)")
 
 
 def test_the_default_engine_runs_native_layers_where_it_is_w8a8(extension):
@@ -152,7 +153,7 @@ def test_fused_narrow_passes_match_the_python_layers_up_to_fp32_rounding(extensi
     mask, slot or scale would move every case far more."""
     diffs, writes = [], []
     for model, _, batch, tokens in fused_cases():
-        layers, why = native.native_layers_for(model)
+        layers, why = native_layers_for(model)
         assert why == "on" and layers.fused_narrow
         model.native_layers = None
         py_cache = filled_cache(model, batch, [20, 13][:batch], torch.float32)
@@ -182,7 +183,7 @@ def test_fused_narrow_passes_on_a_bf16_cache_are_as_close_to_the_unquantised_mod
     as close as the Python layers to the same weights unquantised, in fp32."""
     err_nat, err_py = [], []
     for model, twin, batch, tokens in fused_cases():
-        layers, _ = native.native_layers_for(model)
+        layers, _ = native_layers_for(model)
         model.native_layers = None
         h_py = pass_over(model, filled_cache(model, batch, [20, 13][:batch]), tokens, causal=True)
         model.native_layers = layers
@@ -210,7 +211,7 @@ def test_one_region_passes_equal_a_parallel_op_per_linear(extension):
     try:
         for heads, head_dim in FUSED_SHAPES:
             model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim)
-            layers, _ = native.native_layers_for(model)
+            layers, _ = native_layers_for(model)
             model.native_layers = layers
             assert layers.one_region  # every linear has an Int8Matrix
             # 20 / 13 cached: the span splits into two parts; 3 / 9: a span of one 16-key block, the first part empty
@@ -248,7 +249,7 @@ def test_one_region_passes_go_from_token_ids_to_logits(extension, dtype):
         diffs = []
         for heads, head_dim in FUSED_SHAPES:
             model = w8a8_model(*heads, qkv_bias=True, head_dim=head_dim, dtype=dtype)
-            model.native_layers, _ = native.native_layers_for(model)
+            model.native_layers, _ = native_layers_for(model)
             for batch, t, read in ((1, 1, [0]), (1, 3, [1, 2]), (1, 4, [3, 0, 2, 1]), (2, 2, [0, 3])):
                 tokens = torch.randint(0, 96, (batch, t), generator=torch.Generator().manual_seed(t))
                 rows = torch.tensor(read)
@@ -270,7 +271,7 @@ def test_passes_outside_one_region_leave_the_head_to_python(extension):
     """One thread, or more rows than one region takes: the native layers hand back hidden states, and the
     logits are the Python norm and lm_head's, bit for bit."""
     model = w8a8_model(4, 2, qkv_bias=True, head_dim=64)
-    model.native_layers, _ = native.native_layers_for(model)
+    model.native_layers, _ = native_layers_for(model)
     threads = torch.get_num_threads()
     try:
         for n_threads, t in ((1, 2), (2, 6)):

@@ -32,7 +32,7 @@ import copy
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from loguru import logger
 
@@ -44,6 +44,7 @@ from engine.grounding import (
     nearest_span,
     source_texts,
 )
+from voice_agent.brain.mends import Mended, Unsaid
 from voice_agent.brain.types import TurnEvent, TurnResult
 from voice_agent.said_phrases import (
     CHOSEN_KINDS,
@@ -66,23 +67,6 @@ from voice_agent.scenarios import argument_choices, ask_question, today_of
 
 # Words a value may add to what was said: "december the ninth" for "the ninth of december".
 LINK_WORDS = frozenset({"the", "of", "at", "on", "in", "a", "an"})
-
-
-@dataclass(frozen=True)
-class Unsaid:
-    tool: str
-    argument: str
-    value: str
-    question: str
-
-
-@dataclass(frozen=True)
-class Mended:
-    """A typed argument nobody said, replaced by the caller's own phrase of that kind."""
-    tool: str
-    argument: str
-    written: str
-    said: str
 
 
 def check_calls(calls: list[dict], tools: list[dict], messages: list[dict],

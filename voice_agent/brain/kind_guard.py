@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from voice_agent.brain.ask_guard import Mended, Unsaid
+from voice_agent.brain.mends import Mended, Unsaid
 from voice_agent.policy.kinds import KindContext, KindError, find_digits, find_plate, parse
 from voice_agent.said_phrases import caller_turns
 from voice_agent.scenarios import ask_question

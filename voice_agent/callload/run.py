@@ -28,7 +28,6 @@ from typing import Any
 
 from voice_agent.callload.caller import CallerFaults, TwilioCaller, mulaw_8k
 from voice_agent.config import CallOptions
-from voice_agent.latency.budget import budget_lines
 from voice_agent.latency.metrics import call_turns, distribution, greeting_record, summarize
 from voice_agent.latency.report import build_report, write_report
 from voice_agent.latency.truth import Segment, speech_segments
@@ -325,100 +324,9 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _soak(server: Any, recordings: list[Recording], opts: LoadOptions, out: Path, scenario: Any, model: str) -> int:
-    from voice_agent.callload.soak import run_soak
-
-    store = Path(server.options.store or out / "soak_store")
-    shutil.rmtree(store, ignore_errors=True)
-    server.options.store = str(store)
-    scenario.open_backend(str(store)).close()  # made and seeded before the first caller, as `phone` does
-    n = opts.counts[0]
-    if opts.progress:
-        print(f"soak: waves of {n} calls with faults for {opts.soak_minutes:g} min, one shared store", file=sys.stderr)
-    with PhoneApp(server) as app:
-        result = run_soak(app, recordings, opts, out, scenario, model, opts.soak_minutes)
-        alive = app.server.active_calls == 0
-    summary = {**result.as_dict(), "concurrent_calls": n, "server_idle_after": alive, "cpu_flags": cpu_flags(),
-               "store": str(store)}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(summary, indent=2) + "\n")
-    b = summary["bookings"] or {}
-    print(f"soak: {summary['waves']} waves, {summary['calls_placed']} calls placed, turns answered "
-          f"{summary['turns_answered']}/{summary['turns_expected']} (calls that stayed on the line), "
-          f"silent calls {summary['silent_calls']}, crashes {summary['crashes']}")
-    print("faults injected: " + ", ".join(f"{k} {v}" for k, v in summary["faults_injected"].items()))
-    if b:
-        print(f"bookings: {b['confirmed']} confirmed aloud, {b['unconfirmed']} made for callers who left first, "
-              f"{b['stored']} stored; lost {b['lost']}, doubled {b['doubled']}, phantom {b['phantom']}")
-    print(f"details: {out / 'soak.json'} and {out}/wave*/report.html")
-    ok = (summary["crashes"] == 0 and summary["turns_answered"] == summary["turns_expected"]
-          and not summary["silent_calls"] and (not b or (b["lost"] == 0 and b["doubled"] == 0)))
-    return 0 if ok else 1
-
-
 def cpu_flags() -> str:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return "unknown"
     return " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in text)
-
-
-def callload_main(opts: LoadOptions, out: Path) -> int:
-    from voice_agent.pipeline import load_engine
-    from voice_agent.scenarios import ScenarioError, load_scenario
-    from voice_agent.services.stt import load_whisper, whisper_model_path
-    from voice_agent.services.tts import load_hibari
-    from voice_agent.transports.phone import PhoneServer
-
-    try:
-        scenario = load_scenario(opts.scenario)
-        recordings = load_recordings(opts.callers, out / "callers")
-    except (ScenarioError, ValueError, OSError) as e:
-        print(f"voice-agent callload: {e}", file=sys.stderr)
-        return 2
-    engine = None if opts.remote else load_engine(opts.model, opts.precision, opts.engine_threads, scenario)
-    load_whisper(str(whisper_model_path(opts.stt_model)), opts.stt_threads)
-    if opts.tts == "hibari":
-        load_hibari()
-    options = CallOptions(**{k: getattr(opts, k) for k in CallOptions.__dataclass_fields__})
-    if opts.soak_minutes > 0:
-        from voice_agent.callload.faults import FaultyEngine
-
-        engine = FaultyEngine(engine) if engine is not None else None  # one call's turns fail, by injection
-    server = PhoneServer(engine=engine, scenario=scenario, options=options)
-    model = engine.model_name if engine is not None else str(opts.llm_url)
-    if opts.soak_minutes > 0:
-        return _soak(server, recordings, opts, out, scenario, model)
-    rows = []
-    t_end = time.monotonic() + opts.max_minutes * 60
-    with PhoneApp(server) as app:
-        for n in opts.counts:
-            if time.monotonic() > t_end:
-                print(f"stopped before N={n}: the run's {opts.max_minutes:g} min are spent", file=sys.stderr)
-                break
-            if opts.progress:
-                print(f"N={n}: placing {n} call(s) ...", file=sys.stderr, flush=True)
-            report = run_level(n, app, recordings, opts, out / f"N{n}", scenario, model)
-            row = capacity_row(report)
-            rows.append(row)
-            if opts.progress:
-                print(table_text([row]).splitlines()[1], file=sys.stderr, flush=True)
-                for line in budget_lines(report["summary"]):
-                    print(f"       {line}", file=sys.stderr)
-    result = {"capacity": capacity(rows), "criteria": {"e2e_p95_ms_at_most": CAPACITY_E2E_P95_MS,
-                                                       "budget_pass_rate_at_least": CAPACITY_PASS_RATE},
-              "service_capacity": capacity(rows, "within_service_capacity"),
-              "service_criteria": {"answer_e2e_p95_ms_at_most": SERVICE_ANSWER_P95_MS,
-                                   "every_turn_answered_by_the_agent": True},
-              "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "rows": rows}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "capacity.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(table_text(rows))
-    print(f"\ncapacity: {result['capacity']} concurrent call(s) (e2e p95 <= {CAPACITY_E2E_P95_MS:.0f} ms, "
-          f"pass rate >= {CAPACITY_PASS_RATE:.0%}, every turn answered) on {os.cpu_count()} cores "
-          f"[{result['cpu_flags']}]")
-    print(f"service capacity: {result['service_capacity']} concurrent call(s) (every turn answered by the agent, "
-          f"no apology, no silent or refused call, answer audio p95 <= {SERVICE_ANSWER_P95_MS:.0f} ms)")
-    print(f"reports: {out}/N<n>/report.html   table: {out / 'capacity.json'}")
-    return 0

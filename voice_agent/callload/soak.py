@@ -9,13 +9,16 @@ take one booking per slot, and each call must be told the truth about its own.
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from voice_agent.callload.caller import CallerFaults
-from voice_agent.callload.run import LoadOptions, PhoneApp, Recording, run_level
+from voice_agent.callload.run import LoadOptions, PhoneApp, Recording, cpu_flags, run_level
 from voice_agent.latency.truth import utterances
 
 # What each caller of a wave brings, in turn (the plan rotates by one call per wave).
@@ -108,3 +111,33 @@ def booking_ledger(calls: list[dict], state: dict) -> dict | None:
             "lost": sum(1 for k in confirmed if k not in stored),
             "doubled": (len(slots) - len(set(slots))) + (len(stored) - len(set(stored))),
             "phantom": sum(1 for k in stored if k not in confirmed and k not in unconfirmed)}
+
+
+def soak_main(server: Any, recordings: list[Recording], opts: LoadOptions, out: Path, scenario: Any, model: str) -> int:
+    """`callload --soak-minutes`: the waves on one shared store, their summary printed and saved."""
+    store = Path(server.options.store or out / "soak_store")
+    shutil.rmtree(store, ignore_errors=True)
+    server.options.store = str(store)
+    scenario.open_backend(str(store)).close()  # made and seeded before the first caller, as `phone` does
+    n = opts.counts[0]
+    if opts.progress:
+        print(f"soak: waves of {n} calls with faults for {opts.soak_minutes:g} min, one shared store", file=sys.stderr)
+    with PhoneApp(server) as app:
+        result = run_soak(app, recordings, opts, out, scenario, model, opts.soak_minutes)
+        alive = app.server.active_calls == 0
+    summary = {**result.as_dict(), "concurrent_calls": n, "server_idle_after": alive, "cpu_flags": cpu_flags(),
+               "store": str(store)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(summary, indent=2) + "\n")
+    b = summary["bookings"] or {}
+    print(f"soak: {summary['waves']} waves, {summary['calls_placed']} calls placed, turns answered "
+          f"{summary['turns_answered']}/{summary['turns_expected']} (calls that stayed on the line), "
+          f"silent calls {summary['silent_calls']}, crashes {summary['crashes']}")
+    print("faults injected: " + ", ".join(f"{k} {v}" for k, v in summary["faults_injected"].items()))
+    if b:
+        print(f"bookings: {b['confirmed']} confirmed aloud, {b['unconfirmed']} made for callers who left first, "
+              f"{b['stored']} stored; lost {b['lost']}, doubled {b['doubled']}, phantom {b['phantom']}")
+    print(f"details: {out / 'soak.json'} and {out}/wave*/report.html")
+    ok = (summary["crashes"] == 0 and summary["turns_answered"] == summary["turns_expected"]
+          and not summary["silent_calls"] and (not b or (b["lost"] == 0 and b["doubled"] == 0)))
+    return 0 if ok else 1

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     setup_logs(args)
-    from voice_agent.callload.run import LoadOptions, callload_main
+    from voice_agent.callload.main import callload_main
+    from voice_agent.callload.run import LoadOptions
 
     try:
         counts = tuple(int(x) for x in str(args.calls).split(",") if x.strip())

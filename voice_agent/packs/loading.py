@@ -14,13 +14,23 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from voice_agent.packs.backend import Backend
 from voice_agent.packs.webhook import WebhookBackend
 
-if TYPE_CHECKING:
-    from voice_agent.scenarios import Scenario
+
+class Scenario(Protocol):
+    """What opening a pack's backend reads of its scenario (voice_agent/scenarios.py's `Scenario`)."""
+
+    name: str
+    folder: Path | None
+    backend: str | None
+    webhook: dict | None
+    hours: Any
+
+    @property
+    def tool_names(self) -> list[str]: ...
 
 STORES_DIR = Path.home() / ".cache" / "voice-agent" / "stores"
 

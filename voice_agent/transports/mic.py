@@ -16,12 +16,11 @@ or speaker (CI, a server) fails in well under a second with a message saying wha
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from voice_agent.transports.quiet import quiet_stderr
 
 
 class NoAudioDeviceError(RuntimeError):
@@ -34,24 +33,6 @@ class AudioDevices:
     outputs: list[tuple[int, str]]
     default_input: int | None
     default_output: int | None
-
-
-@contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
-    """PortAudio/ALSA print pages of probing noise on a box without sound hardware; hide it."""
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, ValueError, OSError):
-        yield
-        return
-    saved = os.dup(fd)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), fd)
-            yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
 
 
 def list_audio_devices() -> AudioDevices:
@@ -104,7 +85,7 @@ def make_mic_transport(input_index: int | None = None, output_index: int | None 
     """The demo's transport: the default (or given) devices, the echo canceller on unless `aec=False`."""
     from pipecat.transports.local.audio import LocalAudioTransportParams
 
-    from voice_agent.transports.mic_stream import MicTransport
+    from voice_agent.transports.mic_stream import MicTransport  # pyaudio: only when the demo runs
 
     return MicTransport(LocalAudioTransportParams(
         audio_in_enabled=True, audio_out_enabled=True, input_device_index=input_index,

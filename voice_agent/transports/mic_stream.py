@@ -21,6 +21,7 @@ from pipecat.transports.local.audio import (
 )
 
 from voice_agent.transports.echo_cancel import EchoCanceller
+from voice_agent.transports.quiet import quiet_stderr
 
 LEAD_S = 0.06      # audio kept queued ahead of the speaker: what a barge-in may still let through
 BLOCK_S = 0.02     # PortAudio's callback block, both ways
@@ -139,8 +140,6 @@ class MicTransport(LocalAudioTransport):
     """LocalAudioTransport with `MicInputTransport` and `MicOutputTransport` sharing one canceller."""
 
     def __init__(self, params: LocalAudioTransportParams, *, aec: bool = True) -> None:
-        from voice_agent.transports.mic import quiet_stderr
-
         with quiet_stderr():  # PortAudio's probing of JACK and ALSA prints pages of noise
             super().__init__(params)
         self.echo = EchoCanceller() if aec else None
