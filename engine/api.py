@@ -9,37 +9,38 @@ from pathlib import Path
 import torch
 
 from engine import errors
-from engine.chat_format import ChatFormat, MessageError, validate_messages
-from engine.decode import DecodeLoop
-from engine.drafts import NgramDrafts
-from engine.effort import EFFORTS, get_effort
+from engine.config import DEFAULT_MAX_CONTEXT, DEFAULT_MAX_TOKENS
 from engine.errors import EngineInputError, SessionBusy
-from engine.families import FAMILIES, Family
-from engine.kv_cache import KVCache
-from engine.loading import (
+from engine.model.families import FAMILIES, Family
+from engine.model.kv_cache import KVCache
+from engine.model.loading import (
     LoadedCheckpoint,
     family_from_config,
     load_hf_folder,
     read_special_tokens,
     smollm2_folder,
 )
-from engine.precision import resolve_precision
-from engine.reference import ReferenceDecoder
-from engine.request import Request
-from engine.results import ChatResult, StreamEvent
-from engine.runner import ModelRunner
-from engine.sampler import ORDERS
-from engine.sequence import DecodeParams
-from engine.session import Session
-from engine.tool_guide import ToolCallGuide
-from engine.tools import ToolSchemaError, validate_tools
+from engine.model.precision import resolve_precision
+from engine.model.reference import ReferenceDecoder
+from engine.runtime.decode import DecodeLoop
+from engine.runtime.drafts import NgramDrafts
+from engine.runtime.effort import EFFORTS, get_effort
+from engine.runtime.results import ChatResult, StreamEvent
+from engine.runtime.runner import ModelRunner
+from engine.runtime.sampler import ORDERS
+from engine.runtime.sequence import DecodeParams
+from engine.runtime.session import Session
+from engine.text.chat_format import ChatFormat, MessageError, validate_messages
+from engine.text.request import Request
+from engine.text.tool_calls import ToolSchemaError, validate_tools
+from engine.text.tool_guide import ToolCallGuide
 
 DEFAULT_ADAPTER = Path(__file__).parent / "weights" / "default_adapter.safetensors"
 MAX_TOKENS_LIMIT = 4096
 
 
 class Engine:
-    """Load, then decode: `chat`/`stream` run the decode loop (engine/decode.py) over a call's own
+    """Load, then decode: `chat`/`stream` run the decode loop (engine/runtime/decode.py) over a call's own
     cache; the server submits `prepare`d requests to the scheduler, which runs the same loop batched."""
 
     def __init__(self, ckpt: LoadedCheckpoint, model_name: str, family: Family, mask_id: int,
@@ -57,17 +58,17 @@ class Engine:
         self.eos_ids = self._eos_ids()
         self.supports_thinking = family.name in ("smollm2-dllm", "sdar", "ar") and not chat_format.jinja_template
         # "engine": our block decoder (efforts, guards, streaming); "reference": the family's own
-        # sampler, token for token (engine/reference.py).
+        # sampler, token for token (engine/model/reference.py).
         self.decoding = "engine"
         self.reference: ReferenceDecoder | None = None
         # Tool calls keep to the tools' schemas and mangled control tags are repaired
-        # (engine/block_rewrite.py, engine/tool_guide.py); False: the model's text is left as it is.
+        # (engine/text/block_rewrite.py, engine/text/tool_guide.py); False: the model's text is left as it is.
         self.guided_tools = True
         # Answer text streams as soon as a block's left part is committed, not when the block is
-        # complete (engine/request.py); False: a block streams whole (what `engine.bench` compares).
+        # complete (engine/text/request.py); False: a block streams whole (what `engine.tools.bench` compares).
         self.stream_committed_prefix = True
         # What followed each short token run in the prompts and replies decoded so far: drafts for
-        # the "verify" order (engine/drafts.py), shared by every call on these weights.
+        # the "verify" order (engine/runtime/drafts.py), shared by every call on these weights.
         self.drafts = NgramDrafts()
         self._lock = threading.Lock()
 
@@ -75,18 +76,18 @@ class Engine:
     @classmethod
     def load(cls, name_or_path: str | Path = "default", dtype: torch.dtype | None = None,
              threads: int | None = None, family: str | None = None, block_size: int | None = None,
-             adapter: str | Path | None = None, max_context: int = 4096,
+             adapter: str | Path | None = None, max_context: int = DEFAULT_MAX_CONTEXT,
              precision: str | None = None, decoding: str = "engine",
              device: str | torch.device | None = None) -> Engine:
         """Load "default" (the embedded dLLM), "smollm2-base" (the AR base), or a local HF folder.
 
         `decoding="reference"` decodes a dLLM checkpoint (sdar, fast_dllm_v2, llada, dream) with
         its family's reference sampler at its documented greedy settings, exactly
-        (engine/reference.py); the default "engine" is our block decoder with efforts and guards.
+        (engine/model/reference.py); the default "engine" is our block decoder with efforts and guards.
 
         `precision` ("fp32" | "bf16" | "int8" | "w8a8" | "auto", or a torch `dtype`) defaults to $VOICE_AGENT_PRECISION,
-        then auto (engine/precision.py). `device` (default: the CPU) is where the weights, the KV
-        caches and every tensor of a pass live (engine/runner.py)."""
+        then auto (engine/model/precision.py). `device` (default: the CPU) is where the weights, the KV
+        caches and every tensor of a pass live (engine/runtime/runner.py)."""
         if decoding not in ("engine", "reference"):
             raise ValueError(f"decoding must be 'engine' or 'reference'; got {decoding!r}")
         if threads:
@@ -105,7 +106,7 @@ class Engine:
             if str(name_or_path) == "smollm2-base":
                 fam, name = FAMILIES["ar"], "smollm2-135m-instruct (AR base)"
             elif adapter_path.exists():
-                from engine.adapter import merge_adapter
+                from engine.model.adapter import merge_adapter
 
                 meta = merge_adapter(ckpt.model, adapter_path)
                 info["adapter"] = meta
@@ -131,7 +132,7 @@ class Engine:
                 chatml = ckpt.chat_template is None or "<|im_start|>" in (ckpt.chat_template or "")
                 fmt = ChatFormat(tool_style="json", jinja_template=None if chatml else ckpt.chat_template)
             if adapter:
-                from engine.adapter import merge_adapter
+                from engine.model.adapter import merge_adapter
 
                 info["adapter"] = merge_adapter(ckpt.model, Path(adapter))
         # After the adapter merge: the merged weights are what is quantised (int8) and placed.
@@ -182,13 +183,13 @@ class Engine:
 
     # -- requests ------------------------------------------------------------------------
     def prepare(self, messages, tools=None, tool_choice=None, reasoning_effort: str = "low",
-                max_tokens: int = 256, session: Session | None = None, stop=None,
+                max_tokens: int = DEFAULT_MAX_TOKENS, session: Session | None = None, stop=None,
                 temperature: float = 0.0, seed: int | None = None, block_size: int | None = None,
                 threshold: float | None = None, guided_tools: bool | None = None,
                 call_progress: bool = False, order: str | None = None) -> Request:
         """Check a request and turn it into tokens and decoding parameters (no model work).
         `call_progress`: stream "tool_args" events, the call's text so far each time it grows.
-        `threshold`, `order` (engine/sampler.py ORDERS), `block_size`: instead of the effort's."""
+        `threshold`, `order` (engine/runtime/sampler.py ORDERS), `block_size`: instead of the effort's."""
         try:
             validate_messages(messages)
         except MessageError as e:

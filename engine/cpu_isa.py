@@ -5,7 +5,7 @@
 The engine's code paths differ by CPU kind (AVX512 with BF16, AVX512 without it, AVX2 only), and a
 developer rarely has all three. The cap makes a machine act as the named kind *everywhere the engine
 chooses*: the flags every chooser reads (`cpu_flags`), the int8 kernels' instruction set
-(engine/csrc/int8_gemv.cpp reads the same variable), the hand loops' clones (engine/native.py builds a
+(engine/csrc/int8_gemv.cpp reads the same variable), the hand loops' clones (engine/model/native.py builds a
 separate extension for a capped level) and, set before torch is imported (engine/__init__.py does so
 where it can), PyTorch's own kernels: ATen (`ATEN_CPU_CAPABILITY`), oneDNN (`ONEDNN_MAX_CPU_ISA`) and
 FBGEMM (`FBGEMM_ENABLE_INSTRUCTIONS`). What it cannot change is the memory system, so speed figures from
@@ -18,13 +18,13 @@ a capped machine are the instruction set's, at that machine's bandwidth.
 
 from __future__ import annotations
 
-import os
 import platform
 from pathlib import Path
 
+from engine.config import ENV, engine_config
 from engine.errors import SettingError
 
-CPU_ISA_ENV = "VOICE_AGENT_CPU_ISA"
+CPU_ISA_ENV = ENV["cpu_isa"]
 CPU_ISA_LEVELS = ("auto", "avx512", "avx2", "baseline")
 
 # Flags each cap removes (a prefix ends with "*")
@@ -50,7 +50,7 @@ class CpuIsaError(SettingError):
 
 def isa_cap() -> str:
     """The cap in force: $VOICE_AGENT_CPU_ISA, else "auto" (the CPU as it is)."""
-    raw = (os.environ.get(CPU_ISA_ENV) or "auto").strip().lower()
+    raw = engine_config().cpu_isa
     if raw not in CPU_ISA_LEVELS:
         raise CpuIsaError(f"{CPU_ISA_ENV} must be one of {', '.join(CPU_ISA_LEVELS)}; got {raw!r}")
     return raw

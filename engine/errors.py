@@ -50,7 +50,7 @@ class SettingError(EngineError, ValueError):
 
 
 def run_tool(main: Callable[[], int], prog: str) -> int:
-    """An engine tool's exit code (`python -m engine.bench` and the like): a bad setting prints its code
+    """An engine tool's exit code (`python -m engine.tools.bench` and the like): a bad setting prints its code
     and message and exits 2, another engine error (a server that would not start) exits 1; no traceback."""
     try:
         return main()

@@ -1,5 +1,5 @@
-"""engine.bench_gpu: the prepared accelerator run, exercised on the CPU with a small random model
-(the same code path; the GPU figures come from running engine/bench_gpu.sh on a GPU box)."""
+"""engine.tools.bench_gpu: the prepared accelerator run, exercised on the CPU with a small random model
+(the same code path; the GPU figures come from running engine/tools/bench_gpu.sh on a GPU box)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from engine import bench_gpu
+from engine.tools import bench_gpu
 
 
 def test_a_small_cpu_run_prints_batch_1_and_batch_8_figures(capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.precision import resolve_precision
+from engine.model.precision import resolve_precision
 from voice_agent import doctor
 from voice_agent.cli import main as cli_main
 
@@ -47,9 +47,10 @@ def test_doctor_exits_zero_here_and_prints_every_item(capsys):
 
 
 def test_missing_adapter_fails_and_names_it(capsys, monkeypatch, tmp_path):
-    import engine.api
+    import engine
 
-    monkeypatch.setattr(engine.api, "DEFAULT_ADAPTER", tmp_path / "moved_away.safetensors")
+    # doctor reads the engine's public name (voice_agent imports nothing else of the engine)
+    monkeypatch.setattr(engine, "DEFAULT_ADAPTER", tmp_path / "moved_away.safetensors")
     code, out = _doctor(capsys)
     assert code == 1
     line = _line(out, "adapter")
@@ -58,14 +59,14 @@ def test_missing_adapter_fails_and_names_it(capsys, monkeypatch, tmp_path):
 
 
 def test_a_bad_precision_setting_fails(capsys, monkeypatch):
-    pytest.importorskip("engine.precision", reason="VOICE_AGENT_PRECISION comes with engine/precision.py")
+    pytest.importorskip("engine.model.precision", reason="VOICE_AGENT_PRECISION comes with engine/model/precision.py")
     monkeypatch.setenv("VOICE_AGENT_PRECISION", "fp8")
     code, out = _doctor(capsys)
     assert code == 1 and _line(out, "precision").startswith("  FAIL")
 
 
 def test_precision_follows_the_environment(capsys, monkeypatch):
-    pytest.importorskip("engine.precision", reason="VOICE_AGENT_PRECISION comes with engine/precision.py")
+    pytest.importorskip("engine.model.precision", reason="VOICE_AGENT_PRECISION comes with engine/model/precision.py")
     monkeypatch.setenv("VOICE_AGENT_PRECISION", "fp32")
     code, out = _doctor(capsys)
     assert code == 0 and "fp32 (VOICE_AGENT_PRECISION=fp32)" in _line(out, "precision")
@@ -111,7 +112,7 @@ def test_sizes_read_plainly(tmp_path: Path):
 
 
 def test_native_layers_are_reported_for_w8a8_only(monkeypatch, tmp_path):
-    from engine import native
+    from engine.model import native
 
     assert doctor.check_native_layers("fp32") == []
     monkeypatch.setenv(native.NATIVE_DIR_ENV, str(tmp_path))  # nothing built there
@@ -125,7 +126,7 @@ def test_native_layers_are_reported_for_w8a8_only(monkeypatch, tmp_path):
 
 
 def test_native_layers_that_cannot_build_are_reported_with_their_cause(monkeypatch, tmp_path):
-    from engine import native
+    from engine.model import native
 
     monkeypatch.setenv(native.NATIVE_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(native, "build_error", lambda: None)  # this process's own build went fine

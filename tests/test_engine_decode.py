@@ -3,7 +3,7 @@
 Exactness (session == scratch, block size 1 == AR, one commit per step == the sequential reference)
 is a property of fp32, so those tests pin fp32. The mechanics tests run under fp32 and bf16 (tiny
 models make bf16 cheap even where the CPU emulates it); what bf16 promises against fp32 is
-engine.precision.BF16_TOLERANCE, tested at the end on tiny and real weights."""
+engine.model.precision.BF16_TOLERANCE, tested at the end on tiny and real weights."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from engine import Engine, EngineInputError
-from engine.kv_cache import KVCache
-from engine.model import causal_mask
-from engine.precision import BF16_TOLERANCE
+from engine.model.kv_cache import KVCache
+from engine.model.precision import BF16_TOLERANCE
+from engine.model.transformer import causal_mask
 from tests.tiny_models import save_tiny
 
 CALL = [
@@ -66,7 +66,7 @@ def _verified(eng, messages, max_tokens=24):
 
 @pytest.mark.parametrize("block", [2, 4, 8])
 def test_verify_writes_exactly_what_ar_writes_whatever_its_drafts(tiny_folder, block):
-    """Order "verify" (engine/sampler.py) commits only what an AR pass confirms: the same tokens
+    """Order "verify" (engine/runtime/sampler.py) commits only what an AR pass confirms: the same tokens
     as AR decoding when no draft holds (random weights), when every draft holds (the pool saw the
     reply before), and when drafts fail part-way (the pool saw it with one token changed)."""
     ar = _generated(Engine.load(tiny_folder, dtype=torch.float32, family="ar"), CALL, reasoning_effort="instant",
@@ -90,7 +90,7 @@ def test_verify_writes_exactly_what_ar_writes_whatever_its_drafts(tiny_folder, b
 
 def test_verify_in_a_batch_equals_each_alone(tiny_folder):
     """The scheduler's batch carries rows of different widths (drafts, branch) in one pass."""
-    from engine.decode import DecodeLoop
+    from engine.runtime.decode import DecodeLoop
 
     eng = Engine.load(tiny_folder, precision="fp32", family="smollm2-dllm", block_size=4)
     calls = [CALL, CALL[:1] + [{"role": "user", "content": "Can I move my filling to Friday?"}]]
@@ -171,7 +171,7 @@ def test_a_turns_prompt_rides_in_its_first_pass_and_decodes_the_same(tiny_dllm, 
     """Engine.stream leaves a turn's new prompt tokens to its first decoding pass (DecodeLoop.
     merges_prefill): one forward less, and in fp32 the same reply as a separate prefill gives.
     (AR saves nothing: its first token comes from the prefill's logits without a pass of its own.)"""
-    from engine.decode import DecodeLoop
+    from engine.runtime.decode import DecodeLoop
 
     eng = tiny_dllm
     assert eng.model.dtype == torch.float32 and eng.family.block_size > 1
@@ -266,7 +266,7 @@ def test_bad_input_gives_a_clear_error(tiny_any, kwargs, code, param):
 
 
 def test_invalid_tool_arguments_become_errors_not_exceptions(tiny_dllm):
-    from engine.tools import parse_tool_calls, validate_tools
+    from engine.text.tool_calls import parse_tool_calls, validate_tools
 
     tools = validate_tools(TOOLS)
     bad = parse_tool_calls('<tool_call>\n{"name": "find_free_slots", "arguments": {"day": 3}}\n</tool_call>', tools)
@@ -288,14 +288,14 @@ def test_warming_a_session_caches_the_system_prompt_before_the_first_turn(tiny_d
 
 
 def test_a_complete_call_with_a_mangled_closing_tag_still_parses():
-    from engine.tools import parse_tool_calls, validate_tools
+    from engine.text.tool_calls import parse_tool_calls, validate_tools
 
     text = '<tool_call>\n{"name": "find_free_slots", "arguments": {"date": "2026-12-01"}}\ntool_call>'
     parsed = parse_tool_calls(text, validate_tools(TOOLS))
     assert [c["function"]["name"] for c in parsed.calls] == ["find_free_slots"] and not parsed.errors
 
 
-# -- what bf16 promises (engine.precision.BF16_TOLERANCE) ------------------------------------------
+# -- what bf16 promises (engine.model.precision.BF16_TOLERANCE) ------------------------------------------
 
 def _teacher_forced_logits(eng, tokens: list[int]) -> torch.Tensor:
     t = len(tokens)
@@ -304,7 +304,7 @@ def _teacher_forced_logits(eng, tokens: list[int]) -> torch.Tensor:
 
 
 def test_precision_switch_picks_the_dtype(tiny_folder, monkeypatch):
-    from engine.precision import PrecisionError, resolve_precision
+    from engine.model.precision import PrecisionError, resolve_precision
 
     monkeypatch.setenv("VOICE_AGENT_PRECISION", "bf16")
     assert Engine.load(tiny_folder).model.dtype == torch.bfloat16
@@ -348,7 +348,7 @@ def test_bf16_agrees_with_fp32_on_real_weights(base_engine_fp32):
 def test_a_think_closer_without_its_bracket_still_ends_the_reasoning(chunks):
     """Measured on an AVX512-BF16 machine: the model wrote `</think` without `>`, and every word after
     it was taken as reasoning (empty content for 8 of 8 server requests). The parser must not lose it."""
-    from engine.chat_format import OutputParser
+    from engine.text.chat_format import OutputParser
 
     p = OutputParser(in_reasoning=True)
     for i, c in enumerate(chunks):
@@ -359,7 +359,7 @@ def test_a_think_closer_without_its_bracket_still_ends_the_reasoning(chunks):
 def test_text_after_a_forced_call_is_never_an_answer():
     """tool_choice named a function: the output is that call, and what the model writes after its
     close (here a mangled second opener) is dropped, not spoken; without one_call it is the answer."""
-    from engine.chat_format import OutputParser
+    from engine.text.chat_format import OutputParser
 
     tail = '{"patient_name": "Ana Ruiz"}}\n</tool_call>\ntool__call>\n{"}}'
     forced, free = OutputParser(one_call=True), OutputParser()

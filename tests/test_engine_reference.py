@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.loading import load_hf_folder, smollm2_folder
-from engine.model import causal_mask
+from engine.model.loading import load_hf_folder, smollm2_folder
+from engine.model.transformer import causal_mask
 from tests.tiny_models import save_tiny
 
 PROMPT = [{"role": "user", "content": "Hi, can I book a cleaning for next Tuesday morning?"}]

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import sampler
-from engine.families import FAMILIES
-from engine.kv_cache import KVCache
-from engine.model import ModelConfig, Transformer, init_random
-from engine.runner import ModelRunner
-from engine.sequence import DecodeParams, Sequence
-from engine.session import reuse_plan
+from engine.model.families import FAMILIES
+from engine.model.kv_cache import KVCache
+from engine.model.transformer import ModelConfig, Transformer, init_random
+from engine.runtime import sampler
+from engine.runtime.runner import ModelRunner
+from engine.runtime.sequence import DecodeParams, Sequence
+from engine.runtime.session import reuse_plan
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 DLLM = replace(FAMILIES["smollm2-dllm"], block_size=4)
@@ -225,7 +225,7 @@ def test_verify_keeps_the_block_drafts_when_all_held_and_stops_at_the_end_of_tur
 
 
 def test_verify_takes_drafts_from_the_pool_and_text_edits_drop_them():
-    from engine.drafts import NgramDrafts
+    from engine.runtime.drafts import NgramDrafts
 
     pool = NgramDrafts()
     pool.observe([1, 2, 3, 4, 5, 6])
@@ -262,7 +262,7 @@ def test_proposed_drafts_replace_the_next_passes_and_keep_to_the_budget():
 
 
 def test_the_pool_keeps_the_longest_recent_continuation():
-    from engine.drafts import NgramDrafts
+    from engine.runtime.drafts import NgramDrafts
 
     pool = NgramDrafts(max_entries=50)
     pool.observe([1, 2, 3, 4, 5, 6, 7])
@@ -323,7 +323,7 @@ def test_the_runner_reuses_a_layout_until_it_changes():
 def test_a_branch_predicts_what_a_block_right_after_the_pending_tokens_would():
     """masks.with_branch: the branch sees only the pending tokens (not the drafts nor the block
     before it) at the drafts' positions, so it predicts as a pass without drafts would."""
-    from engine.sequence import StepInput
+    from engine.runtime.sequence import StepInput
 
     cfg = ModelConfig(vocab_size=64, dim=16, n_layers=2, n_heads=2, n_kv_heads=1, intermediate_size=32,
                       max_seq_len=64)
@@ -346,10 +346,10 @@ def test_a_branch_predicts_what_a_block_right_after_the_pending_tokens_would():
 
 
 def test_folding_query_groups_gives_the_same_attention(monkeypatch):
-    """A narrow pass folds each KV group's query heads into one query run (engine/model.py); a
+    """A narrow pass folds each KV group's query heads into one query run (engine/model/transformer.py); a
     masked and an unmasked pass, one and two rows, must equal SDPA's enable_gqa. Not bit for bit
     in fp32: SDPA's lone-query path (t=1, unfolded) sums in another order (measured 1e-7)."""
-    import engine.model as model_mod
+    import engine.model.transformer as model_mod
 
     cfg = ModelConfig(vocab_size=64, dim=48, n_layers=2, n_heads=6, n_kv_heads=2, intermediate_size=32,
                       max_seq_len=64)

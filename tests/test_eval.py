@@ -1,4 +1,4 @@
-"""`python -m engine.eval` runs end to end and its precision agreement means what it says
+"""`python -m engine.tools.eval` runs end to end and its precision agreement means what it says
 (tiny random weights: mechanics only; the real numbers are in the model card)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.eval import main, rouge_l
+from engine.tools.eval import main, rouge_l
 from tests.tiny_models import save_tiny
 
 

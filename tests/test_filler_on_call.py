@@ -1,5 +1,5 @@
 """The filler is spoken only when the answer is late: a tool call is under way (the engine's
-"tool_call" stream event, engine/chat_format.py) and no answer text came `filler_after_s` after the
+"tool_call" stream event, engine/text/chat_format.py) and no answer text came `filler_after_s` after the
 caller's turn reached the LLM; once per caller turn (voice_agent/services/llm.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
 from pipecat.tests.utils import run_test
 
-from engine.chat_format import OutputParser
+from engine.text.chat_format import OutputParser
 from tests.dental_pack import ClinicDB
 from tests.pipeline_taps import StopAfterResponses
 from voice_agent.brain import Brain, TurnResult

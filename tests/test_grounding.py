@@ -1,12 +1,12 @@
-"""Grounded tool arguments (engine/grounding.py): a value that copies the conversation is mended to
+"""Grounded tool arguments (engine/text/grounding.py): a value that copies the conversation is mended to
 what was said, and only then."""
 
 from __future__ import annotations
 
 import json
 
-from engine.chat_format import ChatFormat
-from engine.grounding import ground_calls, nearest_span, source_texts
+from engine.text.chat_format import ChatFormat
+from engine.text.grounding import ground_calls, nearest_span, source_texts
 from voice_agent.scenarios import load_scenario
 
 BOOK = {"type": "function", "function": {"name": "book_appointment", "parameters": {

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import native
 from engine.cpu_isa import describe, int8_kernel_isa
-from engine.quant import W8A8Linear
+from engine.model import native
+from engine.model.quant import W8A8Linear
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Native layers (engine/native.py): every layer of a w8a8 pass over a KV cache in one C++ call. Through
+"""Native layers (engine/model/native.py): every layer of a w8a8 pass over a KV cache in one C++ call. Through
 ATen's ops they give the same hidden states and cache writes, bit for bit, as the Python layers; through
 the hand loops of a narrow pass (engine/csrc/narrow_kernels.cpp) the same up to fp32 rounding."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import native
-from engine.kv_cache import KVCache
-from engine.model import ModelConfig, Transformer, init_random
-from engine.native_layers import native_layers_for
-from engine.quant import W8A8_DENSE_ABOVE_ROWS, quantize_w8a8
+from engine.model import native
+from engine.model.kv_cache import KVCache
+from engine.model.quant import W8A8_DENSE_ABOVE_ROWS, quantize_w8a8
+from engine.model.transformer import ModelConfig, Transformer, init_random
+from engine.runtime.native_layers import native_layers_for
 
 
 def w8a8_model(n_heads: int = 4, n_kv_heads: int = 2, qkv_bias: bool = False, qk_norm: bool = False,
@@ -335,13 +335,13 @@ def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_load(extension):
     old = time.time() - native.STALE_LOCK_S - 60
     os.utime(lock, (old, old))
     try:
-        done = subprocess.run([sys.executable, "-c", "from engine import native; assert native.load_extension()"],
+        done = subprocess.run([sys.executable, "-c", "from engine.model import native; assert native.load_extension()"],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "left" in done.stderr and "did not finish" in done.stderr
         assert not lock.exists()
         lock.touch()  # a build under way: waited for, not removed
-        waiting = subprocess.Popen([sys.executable, "-c", "from engine import native; assert native.load_extension()"],
+        waiting = subprocess.Popen([sys.executable, "-c", "from engine.model import native; assert native.load_extension()"],
                                    stderr=subprocess.PIPE, text=True)
         time.sleep(3)
         assert waiting.poll() is None and lock.exists()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import native
 from engine.cpu_isa import is_x86
+from engine.model import native
 
 PROBE = """
 import json, logging

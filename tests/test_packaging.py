@@ -27,7 +27,7 @@ USER_BACKENDS = {"TTS": "coqui-tts (--tts coqui; no offline weights)", "piper": 
 # Optional peers a user installs on request (an extra, never CI): imported lazily; declared even when absent.
 OPTIONAL_PEERS = {"llama_cpp": "llama-cpp-python"}
 # Which extra may provide the imports of which files (first match); everything else: the default install.
-EXTRA_FOR = [("engine/peer_llamacpp.py", "peer"), ("voice_agent/livekit/", "livekit"), ("voice_agent/transports/room.py", "livekit"),
+EXTRA_FOR = [("engine/tools/peer_llamacpp.py", "peer"), ("voice_agent/livekit/", "livekit"), ("voice_agent/transports/room.py", "livekit"),
              ("voice_agent/commands/room.py", "livekit"), ("voice_agent/commands/livekit_worker.py", "livekit"),
              ("engine/train/", "train"), ("tests/", "all")]
 

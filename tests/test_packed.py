@@ -1,4 +1,4 @@
-"""fp32 linears prepacked for oneDNN (engine/packed.py): what they replace, what they compute, and
+"""fp32 linears prepacked for oneDNN (engine/model/packed.py): what they replace, what they compute, and
 the row stability that keeps batched == alone exact."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.packed import PackedLinear
-from engine.precision import PrecisionError, fp32_linears
-from engine.quant import linear_bytes
+from engine.model.packed import PackedLinear
+from engine.model.precision import PrecisionError, fp32_linears
+from engine.model.quant import linear_bytes
 from tests.tiny_models import causal_logits, save_tiny
 
 

@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import Engine
-from engine.decode import prefill_mask
-from engine.loading import CheckpointKeyError, config_from_hf, load_hf_folder
+from engine.model.loading import CheckpointKeyError, config_from_hf, load_hf_folder
+from engine.runtime.decode import prefill_mask
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dllm"
 LOGIT_TOL = 1e-4
@@ -133,7 +133,7 @@ def test_parity_sdar_engine_decoder_aligns_blocks(name):
 def test_sdar_engine_decoder_batched_is_token_identical_to_alone():
     """Aligned blocks in the scheduler too: both fixture prompts (one aligned, one not) batched
     decode exactly as each alone."""
-    from engine.scheduler import Scheduler
+    from engine.serve.scheduler import Scheduler
 
     eng = Engine.load(FIXTURES / "sdar" / "ckpt", precision="fp32")
     msgs = [_case("sdar", n)["messages"] for n in ("aligned", "unaligned")]
@@ -152,7 +152,7 @@ def test_sdar_engine_decoder_batched_is_token_identical_to_alone():
 
 def test_reference_decoding_through_the_scheduler_matches_the_reference():
     """The server's path (Scheduler) in reference mode gives the same tokens as the sampler."""
-    from engine.scheduler import Scheduler
+    from engine.serve.scheduler import Scheduler
 
     eng = _engine("fast_dllm_v2")
     cases = [_case("fast_dllm_v2", n) for n in ("aligned", "unaligned")]
@@ -350,8 +350,8 @@ def test_tool_results_are_rendered_as_the_checkpoint_template_writes_them():
 def test_serve_takes_decoding_reference(monkeypatch):
     import argparse
 
-    import engine.server as server
-    from engine.tool_args import serve_arguments
+    import engine.serve.server as server
+    from engine.serve.tool_args import serve_arguments
 
     parser = argparse.ArgumentParser()
     serve_arguments(parser)

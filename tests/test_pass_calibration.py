@@ -1,4 +1,4 @@
-"""The planner's pass costs come from this machine (engine/pass_calibration.py): a real CPU model times its
+"""The planner's pass costs come from this machine (engine/runtime/pass_calibration.py): a real CPU model times its
 own passes on its first load, keeps the curve, and reads it back on later loads, so pass layouts repeat
 on the machine; test models, GPUs and `VOICE_AGENT_PASS_COSTS=fixed` keep the fixed curves."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, pass_calibration
-from engine.pass_calibration import PASS_COSTS_DIR_ENV, PASS_COSTS_ENV, PassCostsError, relative
-from engine.pass_cost import CURVES, PassCost
+from engine import Engine
+from engine.runtime import pass_calibration
+from engine.runtime.pass_calibration import PASS_COSTS_DIR_ENV, PASS_COSTS_ENV, PassCostsError, relative
+from engine.runtime.pass_cost import CURVES, PassCost
 from tests.tiny_models import save_tiny
 
 

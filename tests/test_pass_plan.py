@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.pass_cost import CURVES, PassCost, curve_for
-from engine.pass_plan import expected_tokens, hold_odds, plan
+from engine.runtime.pass_cost import CURVES, PassCost, curve_for
+from engine.runtime.pass_plan import expected_tokens, hold_odds, plan
 from tests.test_engine_decode import CALL, _generated, _verified
 from tests.tiny_models import save_tiny
 
@@ -88,7 +88,7 @@ def test_a_planned_decode_writes_what_ar_writes_in_narrower_passes(tiny_folder):
 
 
 def test_a_hold_rate_starts_at_its_prior_and_follows_what_held():
-    from engine.pass_plan import HoldRate
+    from engine.runtime.pass_plan import HoldRate
 
     rate = HoldRate(0.5, 0.85, weight=8)
     assert rate.odds(3) == [0.5, 0.85, 0.85] and rate.odds(0) == []
@@ -103,7 +103,7 @@ def test_a_hold_rate_starts_at_its_prior_and_follows_what_held():
 
 
 def test_the_pool_learns_how_often_its_drafts_hold_from_the_sequences_that_check_them():
-    from engine.drafts import NgramDrafts
+    from engine.runtime.drafts import NgramDrafts
     from tests.test_engine_units import MASK, _verifying
 
     pool = NgramDrafts()
@@ -137,7 +137,7 @@ def test_in_a_batch_each_row_is_planned_for_the_whole_pass_and_carries_no_branch
 
 
 def test_a_hold_rate_counts_every_checked_draft_in_its_overall_rate():
-    from engine.pass_plan import HoldRate
+    from engine.runtime.pass_plan import HoldRate
 
     rate = HoldRate(0.5, 0.5, weight=2)  # a prior of 0.5 worth 4 drafts, split between first and rest
     assert rate.rate() == 0.5

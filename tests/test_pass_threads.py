@@ -1,4 +1,4 @@
-"""A narrow pass runs on one thread or all, whichever measured cheaper (engine/pass_threads.py), and that
+"""A narrow pass runs on one thread or all, whichever measured cheaper (engine/runtime/pass_threads.py), and that
 changes no number."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.pass_threads import (
+from engine.model.precision import native_bf16_flags
+from engine.runtime.pass_threads import (
     EXPLORE_EVERY,
     NARROW_THREADS_ENV,
     SERIAL_UP_TO,
@@ -14,7 +15,6 @@ from engine.pass_threads import (
     narrow_threads_mode,
     serial_up_to,
 )
-from engine.precision import native_bf16_flags
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_one_configured_thread_stays_one():
 
 
 def test_emulated_bf16_runs_its_passes_on_every_thread(monkeypatch):
-    from engine import precision
+    from engine.model import precision
 
     monkeypatch.setattr(precision, "native_bf16_flags", lambda: [])
     assert serial_up_to("cpu", "bf16") == 0 and serial_up_to("cpu", "w8a8") == SERIAL_UP_TO["w8a8"]
@@ -155,7 +155,7 @@ def test_a_pass_gives_the_same_logits_on_one_thread_and_two(engine_at, precision
 
 def test_a_pass_counts_the_rows_it_spans_padding_included(engine_at, two_threads, monkeypatch):
     """The linears of a pass over rows 0 and k see k + 1 padded rows, not 2."""
-    from engine.sequence import StepInput
+    from engine.runtime.sequence import StepInput
 
     runner = engine_at("w8a8").runner
     limit = runner.serial_up_to

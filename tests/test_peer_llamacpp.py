@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from engine.errors import EngineError
-from engine.peer_llamacpp import PEER_CRASHED, run_peer_child
+from engine.tools.peer_llamacpp import PEER_CRASHED, run_peer_child
 
 
 def child(code: str) -> list[str]:

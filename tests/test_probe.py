@@ -8,7 +8,7 @@ import json
 import pytest
 
 from engine import Engine
-from engine.sequence import DecodeParams
+from engine.runtime.sequence import DecodeParams
 from engine.train.__main__ import main
 from engine.train.probe import Policy, normalise, parse_policies, pick_records, probe
 from tests.tiny_models import save_tiny

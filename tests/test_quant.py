@@ -1,5 +1,5 @@
-"""Weight-only int8 (engine/quant.py): what it replaces, what it reads, and how far it is from fp32
-(engine.quant.INT8_TOLERANCE); the roofline bench's JSON keys; the engine's import boundary."""
+"""Weight-only int8 (engine/model/quant.py): what it replaces, what it reads, and how far it is from fp32
+(engine.model.quant.INT8_TOLERANCE); the roofline bench's JSON keys; the engine's import boundary."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 import pytest
 import torch
 
-from engine import Engine, cpu_isa, quant
-from engine.quant import INT8_TOLERANCE, Int8Linear, W8A8Linear, linear_bytes, quantize_int8
+from engine import Engine, cpu_isa
+from engine.model import quant
+from engine.model.quant import INT8_TOLERANCE, Int8Linear, W8A8Linear, linear_bytes, quantize_int8
 from tests.tiny_models import causal_logits, save_tiny
 
 CALL = [
@@ -72,7 +73,7 @@ def test_int8_linear_matches_its_dequantised_weight_at_every_width():
 @pytest.mark.parametrize(("flags", "rows"), [(["avx512_bf16"], 3), ([], 8)])
 def test_int8_passes_go_packed_above_the_rows_this_cpu_multiplies_faster_in_int8(monkeypatch, flags, rows):
     """The packed copy is bf16 where the CPU multiplies bf16 natively, fp32 elsewhere (twice the
-    bytes), so the int8 kernel keeps more rows there (engine/quant.py, measured per CPU)."""
+    bytes), so the int8 kernel keeps more rows there (engine/model/quant.py, measured per CPU)."""
     monkeypatch.setattr(quant, "native_bf16_flags", lambda: flags)
     assert quant.int8_dense_above() == rows
     model = torch.nn.Sequential(torch.nn.Linear(8, 8))
@@ -149,7 +150,7 @@ def test_w8a8_quantises_narrow_inputs_and_multiplies_wide_ones_by_the_dense_weig
 
 
 def test_quantize_int8_unties_the_lm_head_from_the_embedding():
-    from engine.model import ModelConfig, Transformer, init_random
+    from engine.model.transformer import ModelConfig, Transformer, init_random
 
     m = Transformer(ModelConfig(vocab_size=100, dim=32, n_layers=1, n_heads=4, n_kv_heads=2,
                                 intermediate_size=64, tie_embeddings=True, max_seq_len=64))
@@ -175,7 +176,7 @@ def test_int8_agrees_with_fp32_on_real_weights(base_engine_fp32):
 
 
 def test_bench_json_keeps_its_keys_and_adds_the_roofline(tiny_folder, capsys):
-    from engine.bench import main
+    from engine.tools.bench import main
 
     main(["--model", str(tiny_folder), "--prompts", "1", "--max-tokens", "4", "--efforts", "instant",
           "--no-hf", "--no-llamacpp", "--precision", "fp32", "--json"])
@@ -200,16 +201,16 @@ def test_bench_json_keeps_its_keys_and_adds_the_roofline(tiny_folder, capsys):
 
 def test_the_engine_never_imports_voice_agent():
     code = ("import sys, engine; assert not any(m.startswith('voice_agent') for m in sys.modules); "
-            "assert 'torch' not in sys.modules; import engine.tool_args; assert 'torch' not in sys.modules; "
-            "import engine.server, engine.loadtest, engine.soak, engine.bench; "
+            "assert 'torch' not in sys.modules; import engine.serve.tool_args; assert 'torch' not in sys.modules; "
+            "import engine.serve.server, engine.tools.loadtest, engine.tools.soak, engine.tools.bench; "
             "assert not any(m.startswith('voice_agent') for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_tool_flags_match_the_engine_tables():
-    from engine.effort import EFFORTS
-    from engine.precision import PRECISIONS
-    from engine.tool_args import EFFORT_CHOICES, PRECISION_CHOICES
+    from engine.model.precision import PRECISIONS
+    from engine.runtime.effort import EFFORTS
+    from engine.serve.tool_args import EFFORT_CHOICES, PRECISION_CHOICES
 
     assert EFFORT_CHOICES == list(EFFORTS)
     assert set(PRECISIONS) <= set(PRECISION_CHOICES)
@@ -218,12 +219,12 @@ def test_tool_flags_match_the_engine_tables():
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_w8a8_narrow_passes_carry_an_fp32_stream_and_keep_the_bf16_cache(qk_norm):
     """A bf16 model under w8a8 runs passes of at most `fp32_stream_up_to` tokens with an fp32
-    residual stream (engine/quant.py `fp32_stream`): the linears quantise their inputs from fp32
+    residual stream (engine/model/quant.py `fp32_stream`): the linears quantise their inputs from fp32
     anyway. The cache and attention stay bf16; the logits stay within int8's tolerance of the same
     pass in bf16; wider passes are untouched; an fp32 model only has its narrow passes marked."""
-    from engine.kv_cache import KVCache
-    from engine.model import ModelConfig, Transformer, init_random
-    from engine.quant import quantize_w8a8, w8a8_dense_above
+    from engine.model.kv_cache import KVCache
+    from engine.model.quant import quantize_w8a8, w8a8_dense_above
+    from engine.model.transformer import ModelConfig, Transformer, init_random
 
     cfg = ModelConfig(vocab_size=96, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=128,
                       qk_norm=qk_norm, max_seq_len=64)

@@ -30,7 +30,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
 from pipecat.tests.utils import run_test
 
-from engine.server import ServerConfig, ServerThread, create_app, free_port
+from engine.serve.server import ServerConfig, ServerThread, create_app, free_port
 from tests.test_llm_service import StopAfterResponses, responses, tool_call_to_copy
 from voice_agent.brain.remote import RemoteBrain, api_base
 from voice_agent.policy.calendar_words import parse_time
@@ -191,7 +191,7 @@ def spaced_sample_call(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server_process(tmp_path_factory):
-    """`python -m engine.server` in its own process, as a user starts it on another machine (here
+    """`python -m engine.serve.server` in its own process, as a user starts it on another machine (here
     127.0.0.1): its decoding does not compete with this process's VAD, STT and TTS for the GIL."""
     import subprocess
     import sys
@@ -201,7 +201,7 @@ def server_process(tmp_path_factory):
 
     port = free_port()
     log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "engine.server", "--model", "smollm2-base", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "engine.serve.server", "--model", "smollm2-base", "--port", str(port),
                              "--threads", "1", "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -24,7 +24,7 @@ def test_dental_clinic_loads_with_openai_shaped_tools():
 
 
 def test_tools_pass_the_engines_schema_check():
-    from engine.tools import validate_tools
+    from engine.text.tool_calls import validate_tools
 
     s = load_scenario("dental_clinic")
     assert len(validate_tools(s.tools)) == len(s.tools)

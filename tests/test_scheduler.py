@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.loadtest import write_random_model
-from engine.scheduler import QueueFull, QueueTimeout, RequestCancelled, Scheduler
+from engine.serve.scheduler import QueueFull, QueueTimeout, RequestCancelled, Scheduler
+from engine.tools.loadtest import write_random_model
 
 SYSTEM = ("You are Maya, the receptionist at Bright Smile Dental, on a phone call. Speak in one or two "
           "short, friendly sentences. The clinic is open Monday to Friday, 9 am to 5 pm.")
@@ -277,7 +277,7 @@ def test_the_default_int8_model_decodes_a_warmed_call_turn(default_engine):
 def test_a_pool_keeps_each_call_on_one_loop_and_spreads_new_calls_over_the_quietest(eng):
     import gc
 
-    from engine.scheduler_pool import SchedulerPool
+    from engine.serve.scheduler_pool import SchedulerPool
 
     pool = SchedulerPool(eng, 2, max_batch=2, prefix_entries=0)
     a, b, c = eng.session(), eng.session(), eng.session()

@@ -20,9 +20,9 @@ import torch
 from openai import OpenAI
 
 from engine import Engine
-from engine.loadtest import write_random_model
-from engine.model import causal_mask
-from engine.server import ServerConfig, ServerThread, create_app
+from engine.model.transformer import causal_mask
+from engine.serve.server import ServerConfig, ServerThread, create_app
+from engine.tools.loadtest import write_random_model
 
 KEY = "test-key-123"
 USER = [{"role": "user", "content": "Hi, I'd like to book a cleaning next week."}]
@@ -335,7 +335,7 @@ def tool_server(tmp_path_factory):
                            {"role": "tool", "tool_call_id": "call_0", "content": TOOL_RESULT}]
     forced = eng.prepare(CALLER, tools=[LOOKUP], tool_choice=FORCE_LOOKUP, reasoning_effort="instant")
     whole = '<tool_call>\n{"name": "lookup_patient", "arguments": {"patient_name": "John Smith"}}\n</tool_call><|im_end|>'
-    assert whole.startswith(forced.prefix)  # the prompt holds the call's opening (engine/tool_guide.py)
+    assert whole.startswith(forced.prefix)  # the prompt holds the call's opening (engine/text/tool_guide.py)
     _teach(eng, [
         (forced.tokens, whole[len(forced.prefix):]),
         (eng.prepare(after_tool, tools=[LOOKUP], reasoning_effort="instant").tokens, FINAL_ANSWER + "<|im_end|>"),

@@ -1,11 +1,11 @@
 """Answer text streams as soon as a block's left part is committed, and says exactly what the
-finished blocks say (engine/request.py `_absorb_committed_prefix`, `safe_stream_cut`)."""
+finished blocks say (engine/text/request.py `_absorb_committed_prefix`, `safe_stream_cut`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.request import safe_stream_cut
+from engine.text.request import safe_stream_cut
 
 SYSTEM = "You are the receptionist of Bright Smile Dental. Answer briefly."
 

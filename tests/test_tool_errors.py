@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from engine.errors import EngineError, SettingError, run_tool
-from engine.loadtest import main as loadtest_main
+from engine.tools.loadtest import main as loadtest_main
 
 
 def test_run_tool_maps_a_bad_setting_to_2_and_another_engine_error_to_1(capsys):
@@ -26,10 +26,10 @@ def test_run_tool_maps_a_bad_setting_to_2_and_another_engine_error_to_1(capsys):
 
 
 def test_an_engine_tool_prints_a_bad_setting_and_exits_2():
-    done = subprocess.run([sys.executable, "-m", "engine.bench", "--roofline-only"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "engine.tools.bench", "--roofline-only"], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "VOICE_AGENT_PRECISION": "fp8"})
     assert done.returncode == 2, done.stderr
-    assert "python -m engine.bench: error [invalid_precision]" in done.stderr and "Traceback" not in done.stderr
+    assert "python -m engine.tools.bench: error [invalid_precision]" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_loadtest_whose_server_cannot_start_names_the_servers_error(monkeypatch, tmp_path):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.tool_guide import ToolCallGuide, heard_continuation, snap
-from engine.tools import parse_tool_calls, validate_tools
+from engine.text.tool_calls import parse_tool_calls, validate_tools
+from engine.text.tool_guide import ToolCallGuide, heard_continuation, snap
 from engine.train.prompts import load_scenario_tools
 from tests.tiny_models import save_tiny
 
@@ -203,7 +203,7 @@ def test_a_forced_call_is_announced_before_its_prompt_is_prefilled(tiny_dllm, mo
 
 
 def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
-    from engine.block_rewrite import repair_tags
+    from engine.text.block_rewrite import repair_tags
 
     assert repair_tags("wants a slot.\n</>\n\nSure", reasoning=True, tools=False) == "wants a slot.\n</think>\n\nSure"
     assert repair_tags("a </b> tag", reasoning=False, tools=False) == "a </b> tag"  # not reasoning: left alone
@@ -216,7 +216,7 @@ def test_mangled_control_tags_are_repaired_only_where_they_mean_something():
 def test_an_opener_split_between_two_passes_is_not_repaired_into_two():
     """A pass can end after "<" and the next begin "tool_call>" (order "verify" commits runs of any
     length): that is a whole opener, and adding a "<" made "<<tool_call>" (seed-8 gen_007)."""
-    from engine.block_rewrite import repair_tags
+    from engine.text.block_rewrite import repair_tags
 
     assert repair_tags("tool_call>\n{", reasoning=False, tools=True, before="<") == "tool_call>\n{"
     assert repair_tags("tool_call>\n{", reasoning=False, tools=True, before="Sure ") == "<tool_call>\n{"
@@ -226,7 +226,7 @@ def test_an_opener_split_between_two_passes_is_not_repaired_into_two():
 def test_a_rewrite_keeps_the_models_own_tokens_for_the_text_it_keeps(tiny_dllm):
     """The kept text is not encoded again where the model's tokens spell it: "Dec" "ember" stays
     two tokens even where the tokenizer would read "December" as one."""
-    from engine.block_rewrite import _own_tokens
+    from engine.text.block_rewrite import _own_tokens
 
     tok = tiny_dllm.tokenizer
     whole = tok.encode("December", add_special_tokens=False).ids
@@ -237,7 +237,7 @@ def test_a_rewrite_keeps_the_models_own_tokens_for_the_text_it_keeps(tiny_dllm):
 
 
 def test_a_reply_whose_first_word_took_the_openers_place_becomes_a_call_only_at_the_reply_start():
-    from engine.block_rewrite import repair_tags
+    from engine.text.block_rewrite import repair_tags
 
     start = {"reasoning": False, "tools": True, "answer_start": True}
     # Held-out calls, adapter v6 at instant: "Cantool_call>\n{...", "Suretool_call>", "Thetool>>\n".

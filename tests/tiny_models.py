@@ -12,7 +12,7 @@ def save_tiny(folder: Path, kind: str = "qwen2", seed: int = 0) -> Path:
     """A 2-layer random model of `kind` (llama | qwen2 | qwen3) with the SmolLM2 tokenizer."""
     import transformers
 
-    from engine.loading import smollm2_folder
+    from engine.model.loading import smollm2_folder
 
     torch.manual_seed(seed)
     common = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -42,7 +42,7 @@ def save_tiny(folder: Path, kind: str = "qwen2", seed: int = 0) -> Path:
 
 def causal_logits(eng, tokens: list[int]) -> torch.Tensor:
     """The engine model's logits at every position of `tokens`, teacher-forced with a causal mask."""
-    from engine.model import causal_mask
+    from engine.model.transformer import causal_mask
 
     t = len(tokens)
     with torch.inference_mode():

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from engine.errors import SettingError
+from engine import SettingError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
@@ -31,12 +31,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _settings_epilog() -> str:
+    from engine import settings_text  # engine/config.py: torch-free
+
+    return "engine settings (environment variables, value in force):\n" + settings_text()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voice-agent",
         description="A phone voice agent whose brain is an in-process diffusion LLM "
         "(Silero VAD -> faster-whisper -> diffusion engine -> local neural TTS, on Pipecat).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_settings_epilog(),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

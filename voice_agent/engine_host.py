@@ -35,7 +35,7 @@ def shared_engine(model: str = "default", **load_kwargs: Any) -> Any:
 # Calls' turns wait this long at most for a row before the caller hears the apology: past it the
 # machine is over its capacity, and a person would rather hear "sorry" than silence.
 CALL_QUEUE_TIMEOUT_S = 6.0
-# The calls' scheduler: CALL_WORKERS batching loops (engine/scheduler_pool.py), a new call going to the
+# The calls' scheduler: CALL_WORKERS batching loops (engine/serve/scheduler_pool.py), a new call going to the
 # loop with the fewest calls, each loop batching at most CALL_MAX_BATCH rows. On 2 cores
 # (`voice-agent callload`, docs/benchmarks.md, 2026-12-07): batching several calls into one loop's
 # passes does not pay there (TTFAT p95 at 8 calls: 3.3 s with 2 loops, twice, 1.9 s with 8, 1.5 s for
@@ -55,7 +55,7 @@ def call_scheduler(engine: Any) -> Any:
     with _lock:
         held = _schedulers.get(id(engine))
         if held is None or held[0] is not engine:
-            from engine.scheduler_pool import SchedulerPool
+            from engine import SchedulerPool
 
             # No prefix shared between calls: each call warms its own cache while its greeting plays,
             # and a turn's tokens then never depend on which call happened to come first (a prefix

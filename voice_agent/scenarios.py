@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from engine.grounding import GROUNDED_BY_KIND, GROUNDED_KEY, KIND_KEY
+from engine import GROUNDED_BY_KIND, GROUNDED_KEY, KIND_KEY
 from voice_agent.config import EFFORT_NAMES  # engine.EFFORTS
 from voice_agent.policy.calendar_words import Hours
 from voice_agent.policy.kinds import KINDS, kind_for

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     TrainConfig.add_arguments(f)
     e = sub.add_parser("export", help="write the adapter safetensors (+ model card fields)")
     e.add_argument("--run", type=Path, required=True)
-    e.add_argument("--block-size", type=int, default=4, help="the block size the engine decodes with (choose by engine.eval)")
+    e.add_argument("--block-size", type=int, default=4, help="the block size the engine decodes with (choose by engine.tools.eval)")
     e.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "weights" / "default_adapter.safetensors")
     pr = sub.add_parser("probe", help="exact-match rate of scripted turns under each decoding policy",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--n", type=int, default=12, help="records to decode (answer-only ones)")
     pr.add_argument("--seed", type=int, default=1, help="which records (shuffle seed)")
     pr.add_argument("--policies", default="0.3:2,0.9:4,0.9:3,ar",
-                    help="THRESHOLD:STEP_CAP[:ORDER] per diffusion policy, 'ar' for block 1; ORDER (engine.sampler.ORDERS) "
+                    help="THRESHOLD:STEP_CAP[:ORDER] per diffusion policy, 'ar' for block 1; ORDER (engine.runtime.sampler.ORDERS) "
                          "is what commits beside the positions above the threshold: confidence (the most "
                          "confident, default), leftmost, prefix (only the left-contiguous run)")
     pr.add_argument("--threads", type=int, default=None)

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.sampler import ORDERS
-from engine.sequence import DecodeParams
+from engine.runtime.sampler import ORDERS
+from engine.runtime.sequence import DecodeParams
 
 END_TEXTS = ("<|im_end|>", "<|endoftext|>")
 
@@ -27,7 +27,7 @@ class Policy:
     threshold: float
     steps: int  # step cap per block; at the cap the rest of the block commits at once
     block: int  # 1 = AR
-    order: str = "confidence"  # engine.sampler.ORDERS
+    order: str = "confidence"  # engine.runtime.sampler.ORDERS
 
     @property
     def name(self) -> str:

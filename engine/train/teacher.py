@@ -14,8 +14,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engine.api import Engine
-from engine.chat_format import THINK_CLOSE, tool_call_text
-from engine.sequence import DecodeParams
+from engine.runtime.sequence import DecodeParams
+from engine.text.chat_format import THINK_CLOSE, tool_call_text
 from engine.train.prompts import read_jsonl, tools_for, write_jsonl
 
 

@@ -154,7 +154,7 @@ def build_example(prompt_ids: list[int], answer_ids: list[int], block: int, mask
 
 
 def load_base(cfg: TrainConfig):
-    from engine.loading import load_hf_folder, smollm2_folder
+    from engine.model.loading import load_hf_folder, smollm2_folder
 
     folder = smollm2_folder() if cfg.base == "smollm2" else Path(cfg.base)
     ckpt = load_hf_folder(folder, dtype=torch.float32)
@@ -407,7 +407,7 @@ def export(run: Path, out: Path, block_size: int = 8, extra: dict | None = None)
         tensors[f"{k}.lora_A"] = a.to(torch.float16).contiguous()
         tensors[f"{k}.lora_B"] = b.to(torch.float16).contiguous()
     tensors["mask_embedding"] = st["mask_vec"].to(torch.float32).contiguous()
-    from engine.loading import load_tokenizer, smollm2_folder
+    from engine.model.loading import load_tokenizer, smollm2_folder
 
     tok = load_tokenizer(smollm2_folder()) if cfg.get("base", "smollm2") == "smollm2" else load_tokenizer(Path(cfg["base"]))
     meta = {

@@ -5,7 +5,7 @@ makes it fill every required argument, so it invents one: a name nobody gave ("s
 receptionist's own "Maya"), "one" for a time the caller never named. Running such a call books the
 wrong patient or the wrong hour. The scenario's `ask` block says what to say for each argument
 that must come from the caller (the same questions the training dialogues ask). When a call's
-grounded argument (engine/grounding.py) is neither close to a span of what was said nor made of
+grounded argument (engine/text/grounding.py) is neither close to a span of what was said nor made of
 words that were said ("december the ninth" after "the ninth of december" is), that question is
 spoken instead and the call does not run.
 
@@ -36,14 +36,7 @@ from dataclasses import replace
 
 from loguru import logger
 
-from engine.grounding import (
-    WORD_RE,
-    ground_calls,
-    grounded_arguments,
-    grounded_kinds,
-    nearest_span,
-    source_texts,
-)
+from engine import WORD_RE, ground_calls, grounded_arguments, grounded_kinds, nearest_span, source_texts
 from voice_agent.brain.mends import Mended, Unsaid
 from voice_agent.brain.types import TurnEvent, TurnResult
 from voice_agent.said_phrases import (
@@ -269,7 +262,7 @@ def _same(value: object, said: str, kind: str, today: dt.date, choices: Choices 
 
 
 def _was_said(value: str, sources: list[str], heard: set[str]) -> bool:
-    """A span of what was said (engine/grounding.py's rule), or its words in another order."""
+    """A span of what was said (engine/text/grounding.py's rule), or its words in another order."""
     words = {w.lower() for w in WORD_RE.findall(value)} - LINK_WORDS
     return bool(words) and (words <= heard or nearest_span(value, sources) is not None)
 

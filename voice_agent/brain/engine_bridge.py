@@ -1,5 +1,5 @@
 """`EngineBrain`: the in-process engine behind a call. Its turns are requests to the process's one
-continuous-batching scheduler (engine/scheduler.py), whose thread hands each block's events to
+continuous-batching scheduler (engine/serve/scheduler.py), whose thread hands each block's events to
 asyncio as it commits; one engine Session per call keeps the KV cache between turns."""
 
 from __future__ import annotations
@@ -188,8 +188,7 @@ def engine_error(e: BaseException) -> BrainError:
     """The engine's exception as a BrainError, decided on the engine's `code`."""
     if isinstance(e, BrainError):
         return e
-    from engine import EngineInputError
-    from engine.scheduler import Rejected
+    from engine import EngineInputError, Rejected
 
     if isinstance(e, Rejected):
         return BrainError(BrainError.OVERLOADED, str(e))

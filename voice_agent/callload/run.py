@@ -113,10 +113,10 @@ def two_turn_call(work: Path) -> Path:
 
 
 class PhoneApp:
-    """The phone app under uvicorn on a loopback port, in a thread of its own (engine.server.ServerThread)."""
+    """The phone app under uvicorn on a loopback port, in a thread of its own (engine.serve.server.ServerThread)."""
 
     def __init__(self, server: Any) -> None:
-        from engine.server import ServerThread
+        from engine import ServerThread
         from voice_agent.transports.phone import create_app
 
         self.server = server

@@ -10,13 +10,13 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # The engine tool owns its flags (engine/tool_args.py: stdlib only, so --help stays instant).
-    from engine.tool_args import loadtest_arguments
+    # The engine tool owns its flags (engine/serve/tool_args.py: stdlib only, so --help stays instant).
+    from engine import loadtest_arguments
 
     loadtest_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.loadtest import run as run_loadtest
+    from engine import run_loadtest
 
     return run_loadtest(args)

@@ -12,13 +12,13 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # The engine tool owns its flags (engine/tool_args.py: stdlib only, so --help stays instant).
-    from engine.tool_args import serve_arguments
+    # The engine tool owns its flags (engine/serve/tool_args.py: stdlib only, so --help stays instant).
+    from engine import serve_arguments
 
     serve_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.server import run_from_args
+    from engine import run_server as run_from_args
 
     return run_from_args(args)

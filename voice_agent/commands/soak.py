@@ -10,13 +10,13 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # The engine tool owns its flags (engine/tool_args.py: stdlib only, so --help stays instant).
-    from engine.tool_args import soak_arguments
+    # The engine tool owns its flags (engine/serve/tool_args.py: stdlib only, so --help stays instant).
+    from engine import soak_arguments
 
     soak_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.soak import run as run_soak
+    from engine import run_soak
 
     return run_soak(args)

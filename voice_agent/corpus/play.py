@@ -501,7 +501,7 @@ def _last_tool(messages: list[dict]) -> str:
 
 
 def _record(call: Call, act: Act, rng: random.Random, think_share: float) -> None:
-    from engine.chat_format import ChatFormat, tool_call_text
+    from engine import ChatFormat, tool_call_text
 
     think = rng.random() < think_share
     prompt = ChatFormat(tool_style="compact").render(call.messages, call.source.scenario.tools, thinking=think)

@@ -79,8 +79,8 @@ def held_out_callers(scenario: Scenario, cfg: SpecialiseConfig) -> Path | None:
 
 def fit_until(cfg: SpecialiseConfig, minutes: float) -> dict:
     """Train (resuming) until the run's total training time reaches `minutes`."""
-    from engine.api import DEFAULT_ADAPTER
-    from engine.train.trainer import TrainConfig, fit
+    from engine import DEFAULT_ADAPTER, TrainConfig
+    from engine import fit_adapter as fit
 
     start = "" if cfg.start_adapter is None else cfg.start_adapter or str(DEFAULT_ADAPTER)
     tc = TrainConfig(data=corpus_dir(cfg), run=cfg.run / "fit", rank=cfg.rank, alpha=2.0 * cfg.rank, lr=cfg.lr,
@@ -101,7 +101,7 @@ def trained_minutes(cfg: SpecialiseConfig) -> float:
 
 
 def export_adapter(cfg: SpecialiseConfig, minutes: float) -> Path:
-    from engine.train.trainer import export
+    from engine import export_adapter as export
 
     out = cfg.run / "adapters" / f"min{round(minutes):03d}.safetensors"
     export(cfg.run / "fit", out, block_size=4, extra={"specialised_on": str(cfg.run)})
@@ -182,7 +182,7 @@ def best_point(curve: list[dict]) -> dict | None:
 
 
 def _start_adapter(cfg: SpecialiseConfig) -> Path:
-    from engine.api import DEFAULT_ADAPTER
+    from engine import DEFAULT_ADAPTER
 
     return Path(cfg.start_adapter) if cfg.start_adapter else DEFAULT_ADAPTER
 

@@ -458,7 +458,7 @@ def _time_in(text: str, hhmm: str) -> str:
 
 
 def record(call: Call, act: Act, think_share: float) -> None:
-    from engine.chat_format import ChatFormat, tool_call_text
+    from engine import ChatFormat, tool_call_text
 
     think = call.rng.random() < think_share
     fmt = ChatFormat(tool_style="compact")

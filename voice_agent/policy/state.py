@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.grounding import grounding_mark
+from engine import grounding_mark
 from voice_agent.policy.kinds import (
     HESITATIONS,
     WORKS_CUE,
