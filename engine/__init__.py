@@ -5,7 +5,7 @@
     r = eng.chat([{"role": "user", "content": "Hi!"}], reasoning_effort="instant")
 
 Code outside engine/ imports only the names in `_PUBLIC` below, as `from engine import X`
-(tests/test_import_cycles.py checks voice_agent/); the folders inside are in layers (docs/engine.md).
+(tests/project/test_import_cycles.py checks voice_agent/); the folders inside are in layers (docs/engine.md).
 """
 
 import os

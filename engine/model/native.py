@@ -4,13 +4,13 @@ A narrow pass (the verify passes of a decode: 1-8 tokens) is short on arithmetic
 goes to Python, per-op dispatch and the int8 kernel's set-up: ~25 ATen calls and 6 module calls a layer.
 - native_layers.cpp runs the layer loop with the GIL released. A wide pass (a turn's first pass, which
   carries its new prompt, and prefills) makes the same ATen calls in the same order as engine/model/transformer.py,
-  bit-identical to it (tests/test_native.py), through the packed de-quantised weights.
+  bit-identical to it (tests/engine/unit/test_native.py), through the packed de-quantised weights.
 - narrow_kernels.cpp: in a narrow pass, hand loops replace the ops between the linears (RMSNorm, RoPE and
   the cache write, attention over the cache, SiLU * up): the same numbers up to fp32 rounding; on a
-  bf16 cache they round the softmax weights to bf16 as SDPA's flash kernel does (tests/test_native.py).
+  bf16 cache they round the softmax weights to bf16 as SDPA's flash kernel does (tests/engine/unit/test_native.py).
 - int8_gemv.cpp (`Int8Matrix`, also what W8A8Linear runs for 1-2 rows; 1-4 in narrow_pass.cpp): int8 products with
   AVX512-VNNI, AVX-VNNI or AVX2 that read each weight row once, with PyTorch's dynamic int8 numbers
-  (tests/test_int8_gemv.py).
+  (tests/engine/unit/test_int8_gemv.py).
 - narrow_pass.cpp: a pass of 1-4 rows on several threads runs every layer in one OpenMP region, and
   `narrow_logits` (what `Transformer.logits` calls first) takes such a pass from its token ids to its
   logits there: embedding, RoPE rows and mask read in C++, the final norm and the int8 LM head inside

@@ -18,7 +18,7 @@ numbers; it reads each weight row once, where FBGEMM's set-up costs a 1-row call
 `Int8Matrix.alone_rows`). Without AVX512 that kernel streams the weights at memory speed where
 `_weight_int8pack_mm` de-quantises them in bf16 (measured below).
 
-What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/test_quant.py checks it on tiny
+What it costs in accuracy is stated in `INT8_TOLERANCE` (tests/engine/unit/test_quant.py checks it on tiny
 random weights; the quality check on the trained brain is separate, see docs/engine.md, Precision).
 """
 

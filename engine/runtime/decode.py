@@ -191,7 +191,7 @@ class DecodeLoop:
             cost = dataclasses.replace(cost, rows=len(seqs))
         # Inside a tool call every pass keeps the whole layout: a call's few passes are what the caller
         # waits on, and there the branch saves whole passes that the planner's one-pass view misses
-        # (a named cancel on the default model at int8: 3 passes so, 5 planned; tests/test_tool_guide.py).
+        # (a named cancel on the default model at int8: 3 passes so, 5 planned; tests/engine/unit/test_tool_guide.py).
         inputs = [s.step_input(lean=len(seqs) > 1, cost=None if r.guide is not None else cost)
                   for r, s in zip(reqs, seqs, strict=True)]
         fwd = [(s.row, inp) for s, inp in zip(seqs, inputs, strict=True) if inp.tokens]

@@ -26,7 +26,7 @@ same tokens on both), one thread / measured: instant 72.6 / 98.3, 105.8 / 127.9,
 over 3 rounds; `low` 162.1 / 178.9, 220.4 / 228.9, 264.3 / 259.4.
 
 In bf16, int8 and w8a8 a pass's logits are bit-identical on one thread and two at every width
-measured (1 to 40 tokens over a 200-token cache; tests/test_pass_threads.py). fp32 is left out: a
+measured (1 to 40 tokens over a 200-token cache; tests/engine/unit/test_pass_threads.py). fp32 is left out: a
 1-token fp32 pass rounds differently on one thread (logits 2.9e-5 apart), and fp32 is the precision
 whose decodes are promised token for token; its gain would be small (1 token 23.5 vs 26.7 ms, 4 a
 tie). Without native bf16 (an AMD EPYC capped to AVX512 without BF16, VOICE_AGENT_CPU_ISA=avx512,
@@ -100,7 +100,7 @@ class NarrowThreads:
     """Runs passes of at most `limit` tokens (the linears' rows) on one thread or on all configured ones,
     whichever has cost less lately in that width class (1, 2-3, 4-7, 8-15 tokens); wider ones on all.
 
-    The choice changes no number where `limit` > 0 (tests/test_pass_threads.py): only the time."""
+    The choice changes no number where `limit` > 0 (tests/engine/unit/test_pass_threads.py): only the time."""
 
     def __init__(self, limit: int, mode: str | None = None, explore_every: int = EXPLORE_EVERY) -> None:
         self.limit = limit

@@ -11,7 +11,7 @@ import pytest
 from voice_agent.audio_io import read_caller_audio, resample
 from voice_agent.transports.echo_cancel import EchoCanceller, residual_db
 
-SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "dental_booking_call.wav"
+SAMPLE = Path(__file__).resolve().parents[3] / "samples" / "dental_booking_call.wav"
 R = 16000
 
 

@@ -20,7 +20,7 @@ from engine.runtime.runner import ModelRunner
 from engine.runtime.sequence import DecodeParams, Sequence
 from engine.runtime.session import reuse_plan
 
-ENGINE = Path(__file__).resolve().parents[1] / "engine"
+ENGINE = Path(__file__).resolve().parents[3] / "engine"
 DLLM = replace(FAMILIES["smollm2-dllm"], block_size=4)
 MASK, EOS = 0, 99
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from tests.tiny_models import save_tiny
 from voice_agent.corpus.specialise import SpecialiseConfig, specialise
 from voice_agent.packs.adapter import ADAPTER_FILE, pack_adapter
 from voice_agent.scenarios import SCENARIOS_DIR, load_scenario
+
+pytestmark = pytest.mark.slow  # end to end on the real models (pytest -m 'not slow' skips it)
 
 
 def test_train_writes_measures_and_installs_the_packs_adapter_and_resumes(tmp_path):

@@ -102,6 +102,7 @@ async def test_only_answer_text_is_pushed_never_reasoning(base_engine):
     assert len(ttfb) == 1 and abs(ttfb[0] * 1000 - m["ttft_ms"]) < 250
 
 
+@pytest.mark.slow
 async def test_tool_call_books_a_row_in_sqlite_and_runs_the_model_again(base_engine, tmp_path):
     backend = SCENARIO.open_backend(tmp_path / "store", TODAY)
     db = backend.db

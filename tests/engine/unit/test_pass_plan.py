@@ -9,7 +9,7 @@ import torch
 from engine import Engine
 from engine.runtime.pass_cost import CURVES, PassCost, curve_for
 from engine.runtime.pass_plan import expected_tokens, hold_odds, plan
-from tests.test_engine_decode import CALL, _generated, _verified
+from tests.engine.unit.test_engine_decode import CALL, _generated, _verified
 from tests.tiny_models import save_tiny
 
 
@@ -104,7 +104,7 @@ def test_a_hold_rate_starts_at_its_prior_and_follows_what_held():
 
 def test_the_pool_learns_how_often_its_drafts_hold_from_the_sequences_that_check_them():
     from engine.runtime.drafts import NgramDrafts
-    from tests.test_engine_units import MASK, _verifying
+    from tests.engine.unit.test_engine_units import MASK, _verifying
 
     pool = NgramDrafts()
     pool.observe([1, 2, 3, 4, 5, 6, 7, 8])
@@ -123,7 +123,7 @@ def test_the_pool_learns_how_often_its_drafts_hold_from_the_sequences_that_check
 
 
 def test_in_a_batch_each_row_is_planned_for_the_whole_pass_and_carries_no_branch():
-    from tests.test_engine_units import _verifying
+    from tests.engine.unit.test_engine_units import _verifying
 
     s = _verifying(pending=[5])
     s.drafts = [1, 2, 3]

@@ -129,6 +129,7 @@ def engine_at():
 
 
 @pytest.mark.parametrize("precision", sorted(SERIAL_UP_TO))
+@pytest.mark.slow
 def test_a_pass_gives_the_same_logits_on_one_thread_and_two(engine_at, precision, two_threads):
     """What lets a precision run narrow passes on one thread: no logit moves, at any width."""
     if serial_up_to("cpu", precision) == 0:
@@ -175,6 +176,7 @@ def test_a_pass_counts_the_rows_it_spans_padding_included(engine_at, two_threads
     assert torch.get_num_threads() == 2
 
 
+@pytest.mark.slow
 def test_a_bad_setting_stops_a_command_with_its_code_and_no_traceback(monkeypatch, capsys):
     from voice_agent.cli import main
 

@@ -32,7 +32,7 @@ from voice_agent.simulate.runner import RunOptions, run_call
 from voice_agent.simulate.summary import summarize
 from voice_agent.simulate.transcript import CallRecord, Reply, ToolCallRecord, TurnRecord
 
-HANDWRITTEN = Path(__file__).resolve().parent.parent / "scenarios" / "dental_clinic" / "callers" / "handwritten.yaml"
+HANDWRITTEN = Path(__file__).resolve().parents[2] / "scenarios" / "dental_clinic" / "callers" / "handwritten.yaml"
 TODAY = dt.date(2026, 12, 1)
 SCENARIO = load_scenario("dental_clinic")
 

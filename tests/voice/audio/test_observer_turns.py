@@ -6,7 +6,7 @@
 - Slow STT: the last words' transcript arrives after the request and Pipecat opens a turn for it:
   the same.
 - The aggregator pushes two copies of each VAD event; a segment that gives no words still ends the
-  STT stage. The real-pipeline version of these cases is tests/test_turn_pauses.py.
+  STT stage. The real-pipeline version of these cases is tests/voice/audio/test_turn_pauses.py.
 """
 
 from __future__ import annotations

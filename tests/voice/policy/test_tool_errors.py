@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from engine.errors import EngineError, SettingError, run_tool
 from engine.tools.loadtest import main as loadtest_main
 
@@ -32,6 +34,7 @@ def test_an_engine_tool_prints_a_bad_setting_and_exits_2():
     assert "python -m engine.tools.bench: error [invalid_precision]" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_loadtest_whose_server_cannot_start_names_the_servers_error(monkeypatch, tmp_path):
     monkeypatch.setenv("VOICE_AGENT_NARROW_THREADS", "three")
     log = tmp_path / "server.log"

@@ -15,7 +15,7 @@ import pytest
 
 from voice_agent.livekit.worker import TURN_DETECTOR_VERSION, CallFactory, WorkerConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:
@@ -43,6 +43,7 @@ def test_missing_credentials_are_named() -> None:
     assert r.returncode == 2 and "missing --api-key, --api-secret" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_server_that_is_not_livekit_ends_with_a_clear_error(tmp_path) -> None:
     # Something listens (plain HTTP), so the worker loads its models and tries to register.
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)

@@ -1,6 +1,6 @@
 """`EarlyPasses` bookkeeping: an early transcription is used only for the segment that begins with
 the audio it heard, and dropped (and counted) when the caller resumes before the stop is confirmed.
-The real VAD driving it is in tests/test_turn_pauses.py."""
+The real VAD driving it is in tests/voice/audio/test_turn_pauses.py."""
 
 from __future__ import annotations
 

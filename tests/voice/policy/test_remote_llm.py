@@ -31,7 +31,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAg
 from pipecat.tests.utils import run_test
 
 from engine.serve.server import ServerConfig, ServerThread, create_app, free_port
-from tests.test_llm_service import StopAfterResponses, responses, tool_call_to_copy
+from tests.voice.policy.test_llm_service import StopAfterResponses, responses, tool_call_to_copy
 from voice_agent.brain.remote import RemoteBrain, api_base
 from voice_agent.policy.calendar_words import parse_time
 from voice_agent.scenarios import load_scenario
@@ -68,6 +68,7 @@ def test_llm_url_gets_v1_when_it_names_no_path():
         api_base("10.0.0.5:8000")
 
 
+@pytest.mark.slow
 async def test_remote_turns_push_answer_text_only_with_ttfat_and_reuse_the_server_session(server):
     llm = remote_llm(server.base_url, reasoning_effort="low", max_tokens=76)
     first = LLMContext([{"role": "user", "content": "Hi! Are you open on Fridays?"}])
@@ -87,6 +88,7 @@ async def test_remote_turns_push_answer_text_only_with_ttfat_and_reuse_the_serve
     assert llm.last_metrics["cached_tokens"] > 0.8 * m["prompt_tokens"]  # the call's X-Session-Id kept its cache
 
 
+@pytest.mark.slow
 async def test_a_tool_call_from_the_server_runs_the_tool_and_the_model_again(server, tmp_path):
     backend = SCENARIO.open_backend(tmp_path / "store", TODAY)
     db = backend.db
@@ -220,6 +222,7 @@ def server_process(tmp_path_factory):
         log.close()
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_replay_through_llm_url_answers_every_caller_turn_with_ttfat(server_process, spaced_sample_call, tmp_path,
                                                                      monkeypatch):

@@ -21,7 +21,7 @@ from engine import Engine
 from engine.model.loading import CheckpointKeyError, config_from_hf, load_hf_folder
 from engine.runtime.decode import prefill_mask
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dllm"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dllm"
 LOGIT_TOL = 1e-4
 MIN_TOKENS = 32
 

@@ -1,7 +1,7 @@
 """`HoldOnSpeechStopStrategy`: the turn does not end while the VAD hears speech it has not yet
 confirmed (the caller going on after a pause just over stop_secs), and ends exactly as Pipecat's
 speech-timeout strategy does otherwise. Real Pipecat frames and timers; the VAD's state is set by
-hand (a real Silero analyzer runs in tests/test_turn_pauses.py)."""
+hand (a real Silero analyzer runs in tests/voice/audio/test_turn_pauses.py)."""
 
 from __future__ import annotations
 

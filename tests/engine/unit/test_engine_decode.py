@@ -223,6 +223,7 @@ def test_stream_concatenates_to_the_result(tiny_any):
     assert len([e for e in events if e.type != "done"]) >= 2  # more than one committed block
 
 
+@pytest.mark.slow
 def test_thinking_budget_closes_reasoning_and_never_mixes_it_into_the_answer(base_engine):
     r = base_engine.chat(CALL, reasoning_effort="low", max_tokens=120)
     assert r.metrics["reasoning_tokens"] <= 64 + 8

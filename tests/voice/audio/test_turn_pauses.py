@@ -21,6 +21,8 @@ from voice_agent.audio_io import resample, write_wav
 from voice_agent.latency.truth import speech_segments
 from voice_agent.latency.wer import wer
 
+pytestmark = pytest.mark.slow  # end to end on the real models (pytest -m 'not slow' skips it)
+
 LINES = [  # (first half, pause inside the line in seconds, second half, silence after the line)
     ("Ten in the morning works,", 0.1, "and my name is Jordan Lee.", 12.0),
     ("Hi, I'd like to book a teeth cleaning", 0.6, "for next Tuesday, please.", 1.0),

@@ -16,7 +16,7 @@ from livekit import api
 
 from voice_agent.transports.room import make_room_transport, room_from_token
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def token(room: str | None) -> str:

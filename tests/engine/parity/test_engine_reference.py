@@ -46,6 +46,7 @@ def test_tiny_random_configs_match_transformers(tmp_path, kind):
     assert eng.tokenizer.decode(out, skip_special_tokens=True).startswith(r.raw_text) or ours_ids == out
 
 
+@pytest.mark.slow
 def test_smollm2_logits_and_greedy_match_transformers():
     folder = smollm2_folder()
     ckpt = load_hf_folder(folder, dtype=torch.float32)

@@ -204,7 +204,7 @@ def test_one_region_passes_equal_a_parallel_op_per_linear(extension):
     """Passes of up to 4 rows on several threads run every layer in one OpenMP region whose threads meet at
     spin barriers (engine/csrc/narrow_pass.cpp). Up to Int8Matrix.alone_rows rows a parallel op per linear
     runs the same kernels on the same rows, so the same bits; above, its linears are FBGEMM's, whose
-    results are within an ulp or two of the int8 kernel's (tests/test_int8_gemv.py)."""
+    results are within an ulp or two of the int8 kernel's (tests/engine/unit/test_int8_gemv.py)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     alone = extension.Int8Matrix.alone_rows

@@ -38,6 +38,7 @@ def run_probe(tmp_path: Path, cxx: str) -> tuple[dict, str]:
     return json.loads(line[len("RESULT "):]), proc.stderr
 
 
+@pytest.mark.slow
 def test_without_a_compiler_the_engine_runs_the_python_layers_and_doctor_names_the_cause(tmp_path):
     out, log = run_probe(tmp_path, str(tmp_path / "no-such-c++"))
     assert out["native"].startswith("not built: no C++ compiler"), out
@@ -47,6 +48,7 @@ def test_without_a_compiler_the_engine_runs_the_python_layers_and_doctor_names_t
     assert log.count("native layers unavailable") == 1, log  # said once, not per linear
 
 
+@pytest.mark.slow
 def test_a_compile_that_fails_leaves_the_python_layers_running_and_its_error_for_doctor(tmp_path):
     fake = tmp_path / "broken-c++"
     # a compiler that answers torch's version probes but fails every compile, as a broken toolchain does
@@ -62,6 +64,7 @@ def test_a_compile_that_fails_leaves_the_python_layers_running_and_its_error_for
 
 
 @pytest.mark.skipif(not is_x86(), reason="checks the x86 kernels' guards from an x86 machine")
+@pytest.mark.slow
 def test_the_native_sources_compile_for_aarch64():
     """ARM machines (Apple Silicon under Linux, Graviton) cannot run the x86 kernels; the sources must still
     compile there, their x86 paths guarded, so the hand loops serve and the int8 products fall back to

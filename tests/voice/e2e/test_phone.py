@@ -211,6 +211,7 @@ def caller_utterance(say) -> bytes:
     return mulaw_8k(say("Hi, I'd like to come in for a checkup."))
 
 
+@pytest.mark.slow
 async def test_a_call_greets_barges_in_and_answers_with_speech(phone_server, caller_utterance, transcribe):
     server, url, http = phone_server
     async with Phone(url) as phone:
@@ -285,6 +286,7 @@ async def test_a_call_greets_barges_in_and_answers_with_speech(phone_server, cal
     assert health["active_calls"] == 0 and health["calls_failed"] == 0
 
 
+@pytest.mark.slow
 async def test_a_caller_vanishing_mid_turn_does_not_hurt_the_next_call(phone_server, caller_utterance, transcribe):
     server, url, http = phone_server
     before = server.calls_total
@@ -333,6 +335,7 @@ async def test_a_socket_that_never_starts_is_closed_and_counted(phone_server):
     assert health["active_calls"] == 0 and health["calls_failed"] == 0
 
 
+@pytest.mark.slow
 def test_the_voice_agent_phone_command_serves_a_call(tmp_path, caller_utterance):
     """The real entry point, as a user starts it: `voice-agent phone` in its own process."""
     import shutil

@@ -16,6 +16,8 @@ from voice_agent.cli import main as cli_main
 from voice_agent.latency.report import validate
 from voice_agent.latency.wer import wer
 
+pytestmark = pytest.mark.slow  # end to end on the real models (pytest -m 'not slow' skips it)
+
 TIMING_TOLERANCE_S = 0.15  # where make_sample puts a line, across CPUs (TTS durations vary by frames)
 
 SCRIPT = [

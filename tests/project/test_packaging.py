@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-LOCAL = {"engine", "voice_agent", "tests", "scenarios", "samples"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
+LOCAL = {"engine", "voice_agent", "tests", "scenarios", "samples"} | {p.stem for p in (ROOT / "tests").rglob("*.py")}
 # Modules the code imports only inside a function, for backends a user installs on purpose.
 USER_BACKENDS = {"TTS": "coqui-tts (--tts coqui; no offline weights)", "piper": "piper-tts (--tts piper; GPL-3.0)"}
 # Optional peers a user installs on request (an extra, never CI): imported lazily; declared even when absent.

@@ -32,7 +32,7 @@ from tests.sound_card import (
 from voice_agent.audio_io import read_caller_audio
 
 pytestmark = pytest.mark.slow
-SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "dental_booking_call.wav"
+SAMPLE = Path(__file__).resolve().parents[3] / "samples" / "dental_booking_call.wav"
 # From the pipeline's "bot started speaking" to that audio at the speaker: PortAudio's and
 # PulseAudio's buffers (60-100 ms measured). The stall this guards against was ~2,000 ms.
 MAX_FIRST_AUDIO_GAP_MS = 400
