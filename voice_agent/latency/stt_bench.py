@@ -5,7 +5,7 @@ back to back, with each path's WER against the script and its time.
 
 The utterances are every caller line the project's calls carry, spoken by the real TTS:
 - the shipped sample call (samples/dental_booking_call.wav, cut at its metadata's line times);
-- the lines the tests speak (tests/test_replay.py, test_phone.py, test_livekit_audio.py), through
+- the lines the tests speak (tests/voice/e2e/test_replay.py, test_phone.py, test_livekit_audio.py), through
   the same phone codec (8 kHz mu-law) where the test uses one;
 - the hand-written callers of scenarios/dental_clinic/callers/handwritten.yaml, phone band.
 Each is framed as the pipeline frames a segment: pre-roll silence before it, the VAD's wait and
