@@ -251,7 +251,7 @@ class Conversation:
             play.kill()
             play.wait(5)
             track, clock = speaker.stop()
-        return Heard(track, clock, spans, unanswered, greeting)
+        return Heard(track, clock, spans, unanswered, bool(greeting))
 
 
 def _backlog_s(play: subprocess.Popen) -> float:
@@ -368,3 +368,54 @@ def barge_in_stop_ms(heard: Heard, line: int) -> int | None:
     start = heard.line_spans[line][0]
     stop = heard.bot_stops_after(start)
     return None if stop is None else round((stop - start) * 1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python tests/sound_card.py OUT [--echo GAIN] [--barge-in LINE] [-- MIC ARGS]`: the sample call through
+    `voice-agent mic` on a fresh virtual sound card, by hand; prints what the ear got."""
+    import argparse
+    import json
+    import signal
+    import sys
+
+    from voice_agent.audio_io import read_caller_audio, write_wav
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("out", type=Path, help="folder for the card, the agent's report, log and store, and speaker.wav")
+    p.add_argument("--echo", type=float, default=0.0, metavar="GAIN", help="speaker -> microphone gain (0: headphones)")
+    p.add_argument("--barge-in", type=int, default=None, metavar="LINE", help="say this caller line over the bot")
+    p.add_argument("mic_args", nargs="*", help="more `voice-agent mic` flags (after --)")
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    sample = Path(__file__).resolve().parents[1] / "samples" / "dental_booking_call.wav"
+    card = VirtualSoundCard(a.out / "card").start()
+    agent = subprocess.Popen([sys.executable, "-m", "voice_agent.cli", "mic", "--report", str(a.out / "report"),
+                              "--store", str(a.out / "store"), "--log-file", str(a.out / "agent.log"), *a.mic_args],
+                             env=card.env, stdout=open(a.out / "agent.out", "w"), stderr=subprocess.STDOUT)
+    try:
+        lines = caller_lines(read_caller_audio(sample).samples)
+        heard = Conversation(card, lines, Room(echo_gain=a.echo), barge_in=a.barge_in).start().wait(timeout=420)
+    finally:
+        agent.send_signal(signal.SIGINT)
+        try:
+            agent.wait(120)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        card.stop()
+    write_wav(a.out / "speaker.wav", heard.speaker, RATE)
+    report = json.loads((a.out / "report" / "report.json").read_text())
+    numbers = session_numbers(heard, report)
+    if a.barge_in is not None:
+        numbers["barge_in_stop_ms"] = barge_in_stop_ms(heard, a.barge_in)
+    numbers["unanswered"], numbers["greeting_heard"] = heard.unanswered, heard.greeting_heard
+    print(json.dumps(numbers, indent=1))
+    for t in report["calls"][0]["turns"]:
+        print(f"turn {t['index']}: caller {t['user_text']!r} -> bot {t['bot_text']!r}")
+    return 0 if agent.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())
