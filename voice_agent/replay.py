@@ -319,7 +319,6 @@ async def replay_call(path: Path, scenario: Any, engine: Any, opts: ReplayOption
 # --- the batch ---------------------------------------------------------------------------------
 
 async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -> dict:
-    from engine import Engine
     from voice_agent.scenarios import load_scenario
 
     files = discover_inputs(inputs)
@@ -327,11 +326,10 @@ async def replay_batch(inputs: list[Path], out_dir: Path, opts: ReplayOptions) -
     effort = opts.reasoning_effort or scenario.reasoning_effort
     engine = None  # with --llm-url the turns go to that server: no engine here
     if not opts.remote:
-        from voice_agent.packs.adapter import pack_adapter
+        from voice_agent.engine_host import call_engine
 
-        adapter = pack_adapter(scenario, opts.model)
-        engine = Engine.load(opts.model, threads=opts.engine_threads, precision=opts.precision,
-                             **({"adapter": str(adapter)} if adapter else {}))
+        # the one loader of a call's engine (the pack's own adapter where it has one), as phone and mic use
+        engine = call_engine(opts.model, scenario, threads=opts.engine_threads, precision=opts.precision)
         if opts.decoding == "ar":
             engine = engine.variant(family="ar")  # same weights, one token per forward: diffusion's share, measured
     calls: list[dict] = []

@@ -223,7 +223,6 @@ def server_process(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_replay_through_llm_url_answers_every_caller_turn_with_ttfat(server_process, spaced_sample_call, tmp_path,
                                                                      monkeypatch):
     from engine import Engine
