@@ -17,6 +17,7 @@ true end of speech to the bot's first audio at the speaker, includes everything 
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import subprocess
@@ -278,6 +279,8 @@ class _SpeakerRecorder:
              f"--latency-msec={latency_ms}"], env=card.env, stdout=subprocess.PIPE)
         self._blocks: list[np.ndarray] = []
         self._times: list[float] = []
+        self._loud_times: list[float] = []  # the times of the blocks where the bot is heard, in order
+        self._last_loud = False             # ... and whether the newest block is one
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read, name="speaker", daemon=True)
         self._thread.start()
@@ -295,23 +298,22 @@ class _SpeakerRecorder:
                 continue
             blocks = np.frombuffer(pending[: n * BLOCK * 2], dtype=np.int16).reshape(n, BLOCK)
             pending = pending[n * BLOCK * 2:]
-            with self._lock:  # the last block of a burst ended as it arrived
+            times = arrived - (n - 1 - np.arange(n)) * BLOCK / RATE  # the last block ended as it arrived
+            loud = np.abs(blocks.astype(np.int32)).max(axis=1) > AUDIBLE  # once per block, as it comes in
+            with self._lock:
                 self._blocks.extend(blocks)
-                self._times.extend(arrived - (n - 1 - np.arange(n)) * BLOCK / RATE)
+                self._times.extend(times.tolist())
+                self._loud_times.extend(times[loud].tolist())
+                self._last_loud = bool(loud[-1])
 
     def bot_since(self, since: float) -> tuple[float | None, float | None, bool, float]:
         """Since `since` (monotonic): the first loud block, the last loud block, whether the newest
         block is loud, and the newest block's time."""
         with self._lock:
-            blocks, times = list(self._blocks[-3000:]), list(self._times[-3000:])
-        first = last = None
-        loud = False
-        for b, t in zip(blocks, times, strict=True):
-            loud = int(np.abs(b.astype(np.int32)).max()) > AUDIBLE
-            if loud and t >= since:
-                first = t if first is None else first
-                last = t
-        return first, last, loud, (times[-1] if times else 0.0)
+            i = bisect.bisect_left(self._loud_times, since)
+            first = self._loud_times[i] if i < len(self._loud_times) else None
+            last = self._loud_times[-1] if first is not None else None
+            return first, last, self._last_loud, (self._times[-1] if self._times else 0.0)
 
     def samples_from(self, pos: int) -> np.ndarray:
         with self._lock:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-
 FRAME_S = 0.01  # the module's frame: 10 ms
 
 
@@ -34,7 +32,6 @@ class EchoCanceller:
         self._near_out = bytearray()  # cleaned audio not yet handed back (at most one frame behind)
         self.delay_ms = delay_ms      # render + capture latency: the module's delay estimate starts here
         self._latency_s = {"render": delay_ms / 2000, "capture": delay_ms / 2000}
-        self.far_frames = self.near_frames = 0
 
     def set_latency(self, side: str, seconds: float) -> None:
         """A stream's own latency as PortAudio reports it ("render" or "capture"): their sum is the
@@ -43,30 +40,20 @@ class EchoCanceller:
         self.delay_ms = round(1000 * sum(self._latency_s.values()))
 
     def far_end(self, pcm: bytes, sample_rate: int) -> None:
-        step = int(sample_rate * FRAME_S) * 2
         with self._lock:
-            data = self._far_rest + pcm
-            whole = len(data) - len(data) % step
-            for i in range(0, whole, step):
-                frame = self._rtc.AudioFrame(bytearray(data[i:i + step]), sample_rate, 1, step // 2)
-                self._apm.process_reverse_stream(frame)
-                self.far_frames += 1
-            self._far_rest = data[whole:]
+            frames, self._far_rest = _frames(self._far_rest + pcm, sample_rate)
+            for buf in frames:
+                self._apm.process_reverse_stream(self._rtc.AudioFrame(buf, sample_rate, 1, len(buf) // 2))
 
     def near_end(self, pcm: bytes, sample_rate: int) -> bytes:
         """The block with the echo removed. A block that is not a whole number of 10 ms frames comes
         back delayed by the part carried over (silence at the very start), so lengths always match."""
-        step = int(sample_rate * FRAME_S) * 2
         with self._lock:
-            data = self._near_rest + pcm
-            whole = len(data) - len(data) % step
-            for i in range(0, whole, step):
-                buf = bytearray(data[i:i + step])  # the module writes the cleaned frame back into it
+            frames, self._near_rest = _frames(self._near_rest + pcm, sample_rate)
+            for buf in frames:  # the module writes each cleaned frame back into its buffer
                 self._apm.set_stream_delay_ms(self.delay_ms)  # WebRTC wants it before every frame
-                self._apm.process_stream(self._rtc.AudioFrame(buf, sample_rate, 1, step // 2))
+                self._apm.process_stream(self._rtc.AudioFrame(buf, sample_rate, 1, len(buf) // 2))
                 self._near_out += buf
-                self.near_frames += 1
-            self._near_rest = data[whole:]
             if len(self._near_out) < len(pcm):  # only while the first partial frame fills
                 self._near_out[:0] = bytes(len(pcm) - len(self._near_out))
             out = bytes(self._near_out[:len(pcm)])
@@ -74,9 +61,8 @@ class EchoCanceller:
         return out
 
 
-def residual_db(near: np.ndarray, cleaned: np.ndarray) -> float:
-    """How far the cleaned signal's energy is below the near end's, in dB (echo return loss
-    enhancement, when the near end holds only echo)."""
-    e_in = float(np.mean(near.astype(np.float64) ** 2)) + 1e-9
-    e_out = float(np.mean(cleaned.astype(np.float64) ** 2)) + 1e-9
-    return 10.0 * float(np.log10(e_in / e_out))
+def _frames(data: bytes, sample_rate: int) -> tuple[list[bytearray], bytes]:
+    """`data` (int16 mono) cut into whole 10 ms frames, and the rest, carried to the next call."""
+    step = int(sample_rate * FRAME_S) * 2
+    whole = len(data) - len(data) % step
+    return [bytearray(data[i:i + step]) for i in range(0, whole, step)], data[whole:]
